@@ -1,0 +1,22 @@
+// Command miniplane is a standalone, etcd-backed mini Kubernetes control plane that runs the
+// DaemonSet controller for real. Each component is a subcommand; `miniplane up` runs them
+// all in one process. This package only wires configuration to components.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	// A cancelled context is the only shutdown signal components see.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}

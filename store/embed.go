@@ -1,0 +1,123 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/miniplane/miniplane/configs"
+)
+
+// startTimeout bounds how long a member may take to become ready. A member of a new
+// multi-member cluster is ready only once a quorum has started, so this is generous.
+const startTimeout = 2 * time.Minute
+
+// EmbeddedEtcd is an etcd member running inside this process.
+type EmbeddedEtcd struct {
+	etcd *embed.Etcd
+	cfg  configs.Etcd
+}
+
+// StartEmbeddedEtcd starts a member as cfg describes and waits until it serves clients.
+// logLevel is etcd's own (debug, info, warn, error); etcd logs through zap to stderr.
+func StartEmbeddedEtcd(cfg configs.Etcd, logLevel string) (*EmbeddedEtcd, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcd data dir: %w", err)
+	}
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	ec.Dir = cfg.DataDir
+	ec.LogLevel = logLevel
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
+	// Watch progress lets the API server's watch cache learn the current revision without
+	// waiting for a change; kube-apiserver relies on the same.
+	ec.WatchProgressNotifyInterval = 5 * time.Second
+	var err error
+	if ec.ListenClientUrls, err = parseURLs(cfg.ListenClientURLs); err != nil {
+		return nil, fmt.Errorf("--listen-client-urls: %w", err)
+	}
+	ec.AdvertiseClientUrls = ec.ListenClientUrls
+	if len(cfg.AdvertiseClientURLs) > 0 {
+		if ec.AdvertiseClientUrls, err = parseURLs(cfg.AdvertiseClientURLs); err != nil {
+			return nil, fmt.Errorf("--advertise-client-urls: %w", err)
+		}
+	}
+	if ec.ListenPeerUrls, err = parseURLs(cfg.ListenPeerURLs); err != nil {
+		return nil, fmt.Errorf("--listen-peer-urls: %w", err)
+	}
+	ec.AdvertisePeerUrls = ec.ListenPeerUrls
+	if len(cfg.InitialAdvertisePeerURLs) > 0 {
+		if ec.AdvertisePeerUrls, err = parseURLs(cfg.InitialAdvertisePeerURLs); err != nil {
+			return nil, fmt.Errorf("--initial-advertise-peer-urls: %w", err)
+		}
+	}
+	ec.InitialCluster = cfg.InitialCluster
+	if ec.InitialCluster == "" {
+		ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	}
+	ec.ClusterState = cfg.InitialClusterState
+	ec.InitialClusterToken = cfg.InitialClusterToken
+	ec.ClientTLSInfo.CertFile = cfg.CertFile
+	ec.ClientTLSInfo.KeyFile = cfg.KeyFile
+	ec.ClientTLSInfo.TrustedCAFile = cfg.TrustedCAFile
+	ec.ClientTLSInfo.ClientCertAuth = cfg.ClientCertAuth
+	ec.PeerTLSInfo.CertFile = cfg.PeerCertFile
+	ec.PeerTLSInfo.KeyFile = cfg.PeerKeyFile
+	ec.PeerTLSInfo.TrustedCAFile = cfg.PeerTrustedCAFile
+	ec.PeerTLSInfo.ClientCertAuth = cfg.PeerTrustedCAFile != ""
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcd stopped while starting: %w", err)
+	case <-time.After(startTimeout):
+		e.Server.Stop()
+		e.Close()
+		return nil, errors.New("etcd did not become ready within 2m (is a quorum of members up?)")
+	}
+	return &EmbeddedEtcd{etcd: e, cfg: cfg}, nil
+}
+
+// ClientURLs returns the URLs clients should use to reach this member.
+func (e *EmbeddedEtcd) ClientURLs() []string {
+	var out []string
+	for _, u := range e.etcd.Clients {
+		scheme := "http"
+		if e.cfg.CertFile != "" {
+			scheme = "https"
+		}
+		out = append(out, scheme+"://"+u.Addr().String())
+	}
+	return out
+}
+
+// Err reports a fatal error of the running member.
+func (e *EmbeddedEtcd) Err() <-chan error { return e.etcd.Err() }
+
+// Close stops the member, flushing its data to disk.
+func (e *EmbeddedEtcd) Close() { e.etcd.Close() }
+
+func parseURLs(ss []string) ([]url.URL, error) {
+	out := make([]url.URL, 0, len(ss))
+	for _, s := range ss {
+		u, err := url.Parse(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *u)
+	}
+	return out, nil
+}
