@@ -29,9 +29,12 @@ type APIServer struct {
 	// ReadOnlyGroups may get, list and watch everything; default [miniplane:viewers].
 	ReadOnlyGroups []string `mapstructure:"read-only-groups"`
 
-	// EtcdServers selects an external etcd cluster; empty means the embedded member.
-	// Flag --etcd-servers.
+	// EtcdServers selects an external etcd cluster; empty means an embedded member that
+	// keeps its data in EmbeddedEtcdDir. Flag --etcd-servers.
 	EtcdServers []string `mapstructure:"etcd-servers"`
+	// EmbeddedEtcdDir is the embedded member's data dir; default ./.miniplane/etcd.
+	// Flag --embedded-etcd-dir.
+	EmbeddedEtcdDir string `mapstructure:"embedded-etcd-dir"`
 	// EtcdCAFile, EtcdCertFile, EtcdKeyFile secure the connection to etcd.
 	EtcdCAFile   string `mapstructure:"etcd-cafile"`
 	EtcdCertFile string `mapstructure:"etcd-certfile"`
@@ -58,6 +61,7 @@ func DefaultAPIServer() APIServer {
 	return APIServer{
 		Listen:              "127.0.0.1:6443",
 		CertDir:             "./.miniplane/pki",
+		EmbeddedEtcdDir:     "./.miniplane/etcd",
 		AdminGroups:         []string{"system:masters"},
 		ReadOnlyGroups:      []string{"miniplane:viewers"},
 		EtcdPrefix:          "/registry",

@@ -1,0 +1,535 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/miniplane/miniplane/store"
+)
+
+// cachedObject is one stored version of an object as the watch cache keeps it. It is
+// immutable once built and shared by every reader: handlers deep-copy obj before changing
+// anything.
+type cachedObject struct {
+	key       string
+	namespace string
+	name      string
+	rv        int64
+	obj       runtime.Object
+	labels    labels.Set
+	fields    fields.Set
+	// json is the object's encoding with apiVersion and kind, made once and reused by
+	// every list, get and watch event that serves this version.
+	json []byte
+}
+
+// cacheEvent is one change, in revision order.
+type cacheEvent struct {
+	typ  watch.EventType // Added, Modified or Deleted
+	cur  *cachedObject   // the new state; for Deleted the last state, at the deletion revision
+	prev *cachedObject   // the previous state; nil for Added
+	rv   int64
+}
+
+// cacher is the watch cache of one resource: a copy of every object, kept current by one
+// etcd watch, and a window of recent changes from which watches resume. It lets thousands
+// of watchers and most lists cost no etcd reads at all.
+//
+// Invariants, under mu: every change with revision ≤ rv has been applied to objects and
+// dispatched to every registered watcher; history holds every change with revision in
+// (evictedRV, rv], oldest first.
+type cacher struct {
+	res         *resource
+	store       store.Store
+	root        string // the store-wide key prefix, e.g. /registry
+	prefix      string // the resource's key prefix
+	historySize int
+	log         *slog.Logger
+
+	mu        sync.RWMutex
+	ready     bool
+	objects   map[string]*cachedObject
+	rv        int64
+	history   []*cacheEvent // ring buffer
+	hStart    int
+	hLen      int
+	evictedRV int64
+	watchers  map[*cacheWatcher]struct{}
+	// advanced is closed and replaced whenever rv grows, waking waitForRV callers.
+	advanced chan struct{}
+
+	progressMu   sync.Mutex
+	lastProgress time.Time
+}
+
+func newCacher(res *resource, st store.Store, root string, historySize int, log *slog.Logger) *cacher {
+	return &cacher{
+		res: res, store: st, root: root, prefix: res.keyPrefix(root, ""), historySize: historySize,
+		log:      log.With("resource", res.name),
+		objects:  map[string]*cachedObject{},
+		history:  make([]*cacheEvent, historySize),
+		watchers: map[*cacheWatcher]struct{}{},
+		advanced: make(chan struct{}),
+	}
+}
+
+// run keeps the cache current until ctx ends, re-listing after any watch failure.
+func (c *cacher) run(ctx context.Context) {
+	for {
+		err := c.listAndWatch(ctx)
+		if ctx.Err() != nil {
+			c.terminateAll()
+			return
+		}
+		c.log.Warn("watch cache lost its etcd watch; re-listing", "err", err)
+		select {
+		case <-ctx.Done():
+			c.terminateAll()
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (c *cacher) listAndWatch(ctx context.Context) error {
+	list, err := c.store.List(ctx, c.prefix, store.ListOptions{})
+	if err != nil {
+		return err
+	}
+	objects := make(map[string]*cachedObject, len(list.Items))
+	for _, obj := range list.Items {
+		co, err := c.newCachedObject(obj)
+		if err != nil {
+			return err
+		}
+		objects[co.key] = co
+	}
+	c.mu.Lock()
+	// Watchers registered before a re-list may have missed changes: end them so their
+	// clients resume (or re-list on 410) against the new state.
+	for w := range c.watchers {
+		w.terminate()
+	}
+	c.watchers = map[*cacheWatcher]struct{}{}
+	c.objects = objects
+	c.hStart, c.hLen = 0, 0
+	c.evictedRV = list.Revision
+	c.setRVLocked(list.Revision)
+	c.ready = true
+	c.mu.Unlock()
+
+	events, err := c.store.Watch(ctx, c.prefix, list.Revision)
+	if err != nil {
+		return err
+	}
+	for ev := range events {
+		switch ev.Type {
+		case store.ErrorEvent:
+			return ev.Err
+		case store.Progress:
+			c.mu.Lock()
+			if ev.Revision > c.rv {
+				c.setRVLocked(ev.Revision)
+			}
+			c.mu.Unlock()
+		default:
+			if err := c.apply(ev); err != nil {
+				c.log.Error("watch cache skipped an event", "key", ev.Key, "err", err)
+			}
+		}
+	}
+	return errors.New("etcd watch ended")
+}
+
+func (c *cacher) newCachedObject(obj runtime.Object) (*cachedObject, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	obj.GetObjectKind().SetGroupVersionKind(c.res.gvk())
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var rv int64
+	_, _ = fmt.Sscan(m.GetResourceVersion(), &rv)
+	return &cachedObject{
+		key:       c.res.key(c.root, m.GetNamespace(), m.GetName()),
+		namespace: m.GetNamespace(),
+		name:      m.GetName(),
+		rv:        rv,
+		obj:       obj,
+		labels:    labels.Set(m.GetLabels()),
+		fields:    c.res.objectFields(obj, m.GetName(), m.GetNamespace()),
+		json:      data,
+	}, nil
+}
+
+func (c *cacher) apply(ev store.Event) error {
+	cur, err := c.newCachedObject(ev.Object)
+	if err != nil {
+		return err
+	}
+	ce := &cacheEvent{cur: cur, rv: ev.Revision}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ce.prev = c.objects[cur.key]
+	switch ev.Type {
+	case store.Added:
+		ce.typ = watch.Added
+		c.objects[cur.key] = cur
+	case store.Modified:
+		ce.typ = watch.Modified
+		c.objects[cur.key] = cur
+	case store.Deleted:
+		ce.typ = watch.Deleted
+		delete(c.objects, cur.key)
+	}
+	if ce.prev == nil && ce.typ == watch.Modified {
+		ce.typ = watch.Added // cannot happen with an in-order watch; be safe for filters
+	}
+	c.pushHistoryLocked(ce)
+	for w := range c.watchers {
+		if !w.offer(ce) {
+			c.log.Debug("terminating a watcher that fell too far behind")
+			w.terminate()
+			delete(c.watchers, w)
+		}
+	}
+	c.setRVLocked(ev.Revision)
+	return nil
+}
+
+func (c *cacher) pushHistoryLocked(ev *cacheEvent) {
+	if c.hLen == len(c.history) {
+		c.evictedRV = c.history[c.hStart].rv
+		c.hStart = (c.hStart + 1) % len(c.history)
+		c.hLen--
+	}
+	c.history[(c.hStart+c.hLen)%len(c.history)] = ev
+	c.hLen++
+}
+
+func (c *cacher) setRVLocked(rv int64) {
+	c.rv = rv
+	close(c.advanced)
+	c.advanced = make(chan struct{})
+}
+
+// currentRV returns the revision the cache has reached.
+func (c *cacher) currentRV() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rv
+}
+
+// errTooLargeRV means the cache did not reach a requested revision in time.
+var errTooLargeRV = errors.New("too large resource version")
+
+// waitForRV blocks until the cache has reached rv, for at most timeout.
+func (c *cacher) waitForRV(ctx context.Context, rv int64, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		c.mu.RLock()
+		reached, ready, advanced := c.rv >= rv, c.ready, c.advanced
+		c.mu.RUnlock()
+		if ready && reached {
+			return nil
+		}
+		select {
+		case <-advanced:
+		case <-deadline.C:
+			return errTooLargeRV
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitFresh blocks until the cache holds every change committed to etcd before the call,
+// so that a list served from it is as consistent as a quorum read. When no change of this
+// resource follows, the cache learns the current revision from an etcd progress report.
+func (c *cacher) waitFresh(ctx context.Context) error {
+	rev, err := c.store.CurrentRevision(ctx)
+	if err != nil {
+		return err
+	}
+	if c.currentRV() >= rev {
+		return nil
+	}
+	c.requestProgress(ctx)
+	// Progress reports are asked for again every 100ms until the cache catches up.
+	for i := 0; i < 30; i++ {
+		if err := c.waitForRV(ctx, rev, 100*time.Millisecond); err == nil {
+			return nil
+		} else if !errors.Is(err, errTooLargeRV) {
+			return err
+		}
+		c.requestProgress(ctx)
+	}
+	return errTooLargeRV
+}
+
+// requestProgress asks etcd to report watch progress, at most every 50ms per resource:
+// many concurrent consistent reads need only one report.
+func (c *cacher) requestProgress(ctx context.Context) {
+	c.progressMu.Lock()
+	defer c.progressMu.Unlock()
+	if time.Since(c.lastProgress) < 50*time.Millisecond {
+		return
+	}
+	c.lastProgress = time.Now()
+	if err := c.store.RequestProgress(ctx); err != nil {
+		c.log.Debug("progress request failed", "err", err)
+	}
+}
+
+// get returns the cached version of key.
+func (c *cacher) get(key string) (*cachedObject, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	o, ok := c.objects[key]
+	return o, ok
+}
+
+// list returns the objects f matches, sorted by key, and the cache's revision.
+func (c *cacher) list(f *watchFilter) ([]*cachedObject, int64) {
+	c.mu.RLock()
+	out := make([]*cachedObject, 0, len(c.objects))
+	for _, o := range c.objects {
+		if f.matches(o) {
+			out = append(out, o)
+		}
+	}
+	rv := c.rv
+	c.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out, rv
+}
+
+// watchStart says where a new watch begins.
+type watchStart struct {
+	// fromRV > 0 replays changes after that revision; 0 starts with the current state.
+	fromRV int64
+	// initialState sends the current state as ADDED events first (resourceVersion "0",
+	// or "" with sendInitialEvents).
+	initialState bool
+	// initialEventsEnd ends the initial state with a bookmark carrying the
+	// k8s.io/initial-events-end annotation (sendInitialEvents=true).
+	initialEventsEnd bool
+}
+
+// watch registers a watcher. It fails with ErrExpired (410) when fromRV is older than the
+// history the cache still holds.
+func (c *cacher) watch(f *watchFilter, start watchStart, maxQueue int) (*cacheWatcher, error) {
+	w := newCacheWatcher(f, maxQueue)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case start.initialState:
+		keys := make([]string, 0, len(c.objects))
+		for k, o := range c.objects {
+			if f.matches(o) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			w.queue = append(w.queue, watchItem{typ: watch.Added, obj: c.objects[k]})
+		}
+		if start.initialEventsEnd {
+			w.queue = append(w.queue, watchItem{typ: watch.Bookmark, rv: c.rv, initialEventsEnd: true})
+		}
+	case start.fromRV > 0:
+		if start.fromRV < c.evictedRV {
+			return nil, store.ErrExpired
+		}
+		for i := 0; i < c.hLen; i++ {
+			ev := c.history[(c.hStart+i)%len(c.history)]
+			if ev.rv > start.fromRV {
+				w.offer(ev)
+			}
+		}
+	}
+	c.watchers[w] = struct{}{}
+	return w, nil
+}
+
+// stopWatch unregisters w.
+func (c *cacher) stopWatch(w *cacheWatcher) {
+	c.mu.Lock()
+	delete(c.watchers, w)
+	c.mu.Unlock()
+	w.terminate()
+}
+
+// bookmark queues a BOOKMARK at the cache's revision for w. Holding the read lock keeps
+// dispatch out, so every change up to that revision is already queued before it.
+func (c *cacher) bookmark(w *cacheWatcher) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	w.enqueue(watchItem{typ: watch.Bookmark, rv: c.rv})
+}
+
+func (c *cacher) terminateAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for w := range c.watchers {
+		w.terminate()
+	}
+	c.watchers = map[*cacheWatcher]struct{}{}
+}
+
+func (c *cacher) watcherCount() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.watchers)
+}
+
+// watchFilter selects the objects a list or watch is about.
+type watchFilter struct {
+	namespace string
+	label     labels.Selector
+	field     fields.Selector
+}
+
+func (f *watchFilter) matches(o *cachedObject) bool {
+	if f.namespace != "" && o.namespace != f.namespace {
+		return false
+	}
+	if f.label != nil && !f.label.Empty() && !f.label.Matches(o.labels) {
+		return false
+	}
+	if f.field != nil && !f.field.Empty() && !f.field.Matches(o.fields) {
+		return false
+	}
+	return true
+}
+
+// matchesObject is matches for an object not (yet) in the cache.
+func (f *watchFilter) matchesObject(res *resource, obj runtime.Object) bool {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return false
+	}
+	if f.namespace != "" && m.GetNamespace() != f.namespace {
+		return false
+	}
+	if f.label != nil && !f.label.Empty() && !f.label.Matches(labels.Set(m.GetLabels())) {
+		return false
+	}
+	if f.field != nil && !f.field.Empty() && !f.field.Matches(res.objectFields(obj, m.GetName(), m.GetNamespace())) {
+		return false
+	}
+	return true
+}
+
+// watchItem is one frame a watcher will send.
+type watchItem struct {
+	typ              watch.EventType
+	obj              *cachedObject
+	rv               int64 // for bookmarks
+	initialEventsEnd bool
+}
+
+// cacheWatcher buffers the frames of one watch request. The dispatcher appends under a
+// short lock and never blocks; the request's goroutine takes the whole queue at once and
+// writes it with a single flush, so bursts cost one flush, not one per event. A watcher
+// that falls maxQueue frames behind is terminated; its client resumes from its last
+// resourceVersion.
+type cacheWatcher struct {
+	filter   *watchFilter
+	maxQueue int
+
+	mu      sync.Mutex
+	queue   []watchItem
+	signal  chan struct{}
+	done    chan struct{}
+	stopped bool
+}
+
+func newCacheWatcher(f *watchFilter, maxQueue int) *cacheWatcher {
+	return &cacheWatcher{filter: f, maxQueue: maxQueue, signal: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// offer queues what ev means for this watcher given its filter: an object entering the
+// selection is ADDED, one leaving it is DELETED. It returns false when the queue is full.
+func (w *cacheWatcher) offer(ev *cacheEvent) bool {
+	curMatch := w.filter.matches(ev.cur)
+	prevMatch := ev.prev != nil && w.filter.matches(ev.prev)
+	var typ watch.EventType
+	switch ev.typ {
+	case watch.Added:
+		if !curMatch {
+			return true
+		}
+		typ = watch.Added
+	case watch.Modified:
+		switch {
+		case curMatch && prevMatch:
+			typ = watch.Modified
+		case curMatch:
+			typ = watch.Added
+		case prevMatch:
+			typ = watch.Deleted
+		default:
+			return true
+		}
+	case watch.Deleted:
+		if !curMatch {
+			return true
+		}
+		typ = watch.Deleted
+	}
+	return w.enqueue(watchItem{typ: typ, obj: ev.cur})
+}
+
+func (w *cacheWatcher) enqueue(item watchItem) bool {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return true
+	}
+	if len(w.queue) >= w.maxQueue {
+		w.mu.Unlock()
+		return false
+	}
+	w.queue = append(w.queue, item)
+	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take returns every queued frame and empties the queue.
+func (w *cacheWatcher) take() []watchItem {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.queue
+	w.queue = nil
+	return q
+}
+
+func (w *cacheWatcher) terminate() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped {
+		w.stopped = true
+		close(w.done)
+	}
+}

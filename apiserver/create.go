@@ -1,0 +1,178 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/miniplane/miniplane/store"
+)
+
+// generateNameAttempts bounds retries when a generated name collides with an existing one.
+const generateNameAttempts = 5
+
+// maxGeneratedNameLength leaves room for the 5 random characters within 63.
+const maxGeneratedNameLength = 63 - 5
+
+// create serves POST to a collection.
+func (c *call) create() {
+	res := c.info.res
+	data, err := c.readBody()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	obj := res.newFunc()
+	if err := c.decodeObject(data, res.gvk(), obj); err != nil {
+		c.fail(err)
+		return
+	}
+	m, _ := meta.Accessor(obj)
+	if err := c.checkBodyNamespace(m); err != nil {
+		c.fail(err)
+		return
+	}
+	c.info.name = m.GetName()
+	dryRun, err := c.dryRun()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	created, err := c.createObject(obj, dryRun)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	c.respond(http.StatusCreated, created, nil)
+}
+
+// checkBodyNamespace makes the body's namespace agree with the URL's.
+func (c *call) checkBodyNamespace(m metav1.Object) error {
+	if !c.info.res.namespaced {
+		m.SetNamespace("")
+		return nil
+	}
+	switch m.GetNamespace() {
+	case "":
+		m.SetNamespace(c.info.namespace)
+	case c.info.namespace:
+	default:
+		return badRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	return nil
+}
+
+// createObject runs the create rules on obj and stores it (unless dryRun).
+func (c *call) createObject(obj runtime.Object, dryRun bool) (runtime.Object, error) {
+	res := c.info.res
+	m, _ := meta.Accessor(obj)
+	if m.GetResourceVersion() != "" {
+		return nil, badRequest("resourceVersion should not be set on objects to be created")
+	}
+	if err := c.authorizeNodeObject(obj); err != nil {
+		return nil, err
+	}
+	if res.namespaced {
+		if err := c.s.checkNamespaceOpen(c.r.Context(), m.GetNamespace(), res, m.GetName()); err != nil {
+			return nil, err
+		}
+	}
+	c.s.prepareForCreate(res, obj, c.now())
+	generated := m.GetName() == "" && m.GetGenerateName() != ""
+	for attempt := 0; ; attempt++ {
+		if generated {
+			base := m.GetGenerateName()
+			if len(base) > maxGeneratedNameLength {
+				base = base[:maxGeneratedNameLength]
+			}
+			m.SetName(base + rand.String(5))
+		}
+		c.info.name = m.GetName()
+		if errs := c.s.validateCreate(res, obj); len(errs) > 0 {
+			return nil, apierrors.NewInvalid(res.gvk().GroupKind(), m.GetName(), errs)
+		}
+		if dryRun {
+			return obj, nil
+		}
+		created, err := c.s.store.Create(c.r.Context(), c.key(m.GetNamespace(), m.GetName()), obj, res.ttl)
+		if errors.Is(err, store.ErrAlreadyExists) && generated && attempt < generateNameAttempts {
+			continue
+		}
+		if errors.Is(err, store.ErrAlreadyExists) {
+			return nil, apierrors.NewAlreadyExists(res.groupResource(), m.GetName())
+		}
+		return created, err
+	}
+}
+
+// prepareForCreate sets the metadata the server owns and applies the resource's rules.
+func (s *Server) prepareForCreate(res *resource, obj runtime.Object, now metav1.Time) {
+	m, _ := meta.Accessor(obj)
+	m.SetUID(uuid.NewUUID())
+	m.SetCreationTimestamp(now)
+	m.SetDeletionTimestamp(nil)
+	m.SetDeletionGracePeriodSeconds(nil)
+	m.SetManagedFields(nil)
+	m.SetSelfLink("")
+	if res.tracksGeneration {
+		m.SetGeneration(1)
+	} else {
+		m.SetGeneration(0)
+	}
+	res.strategy.prepareForCreate(obj)
+}
+
+// validateCreate runs object-metadata and resource validation.
+func (s *Server) validateCreate(res *resource, obj runtime.Object) field.ErrorList {
+	m, _ := meta.Accessor(obj)
+	errs := apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameValidator(res), field.NewPath("metadata"))
+	return append(errs, res.strategy.validate(obj)...)
+}
+
+func nameValidator(res *resource) apivalidation.ValidateNameFunc {
+	if res.name == "namespaces" {
+		return apivalidation.NameIsDNSLabel
+	}
+	return apivalidation.NameIsDNSSubdomain
+}
+
+// checkNamespaceOpen fails with 404 when the namespace does not exist and 403 when it is
+// being deleted, as kube-apiserver's NamespaceLifecycle admission does.
+func (s *Server) checkNamespaceOpen(ctx context.Context, namespace string, res *resource, name string) error {
+	nsRes := s.reg.lookup("", "v1", "namespaces")
+	key := nsRes.key(s.cfg.EtcdPrefix, "", namespace)
+	var ns *corev1.Namespace
+	if co, ok := nsRes.cache.get(key); ok {
+		ns = co.obj.(*corev1.Namespace)
+	} else {
+		// The cache may not have seen a namespace created a moment ago.
+		obj, err := s.store.Get(ctx, key)
+		if errors.Is(err, store.ErrNotFound) {
+			return apierrors.NewNotFound(corev1.Resource("namespaces"), namespace)
+		}
+		if err != nil {
+			return err
+		}
+		ns = obj.(*corev1.Namespace)
+	}
+	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		err := apierrors.NewForbidden(res.groupResource(), name,
+			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", namespace), Field: "metadata.namespace",
+		})
+		return err
+	}
+	return nil
+}

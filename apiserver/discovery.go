@@ -1,0 +1,133 @@
+package apiserver
+
+import (
+	"fmt"
+	"net/http"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/gorilla/mux"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
+)
+
+// Version is miniplane's own version.
+var Version = "v0.1.0"
+
+// kubernetesVersion is the Kubernetes API version miniplane serves: the k8s.io/api module
+// its objects come from.
+const kubernetesVersion = "v1.37.2"
+
+// VersionInfo is what /version reports: the Kubernetes version whose API is served, with
+// miniplane named in the build metadata so clients can tell it apart.
+func VersionInfo() version.Info {
+	return version.Info{
+		Major:      "1",
+		Minor:      "37",
+		GitVersion: kubernetesVersion + "+miniplane",
+		GitCommit:  Version,
+		GoVersion:  runtime.Version(),
+		Compiler:   runtime.Compiler,
+		Platform:   runtime.GOOS + "/" + runtime.GOARCH,
+	}
+}
+
+func serveVersion(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, VersionInfo())
+}
+
+func (s *Server) serveCoreVersions(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, &metav1.APIVersions{
+		TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},
+		Versions: []string{"v1"},
+		ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
+			{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host},
+		},
+	})
+}
+
+func (s *Server) apiGroup(name string) metav1.APIGroup {
+	gv := metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + s.reg.version[name], Version: s.reg.version[name]}
+	return metav1.APIGroup{
+		TypeMeta:         metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
+		Name:             name,
+		Versions:         []metav1.GroupVersionForDiscovery{gv},
+		PreferredVersion: gv,
+	}
+}
+
+func (s *Server) serveGroups(w http.ResponseWriter, _ *http.Request) {
+	list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
+	for _, g := range s.reg.groups {
+		if g != "" {
+			list.Groups = append(list.Groups, s.apiGroup(g))
+		}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request) {
+	group := mux.Vars(r)["group"]
+	if _, ok := s.reg.version[group]; !ok || group == "" {
+		writeError(w, r, notFoundPath(r), groupResourceNone, "")
+		return
+	}
+	g := s.apiGroup(group)
+	writeJSON(w, http.StatusOK, &g)
+}
+
+// verbsMain are the verbs of every served resource.
+var verbsMain = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+
+func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
+	group, ver := mux.Vars(r)["group"], mux.Vars(r)["version"]
+	resources := s.reg.inGroupVersion(group, ver)
+	if len(resources) == 0 {
+		writeError(w, r, notFoundPath(r), groupResourceNone, "")
+		return
+	}
+	list := &metav1.APIResourceList{
+		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+		GroupVersion: resources[0].apiVersion(),
+	}
+	for _, res := range resources {
+		list.APIResources = append(list.APIResources, metav1.APIResource{
+			Name: res.name, SingularName: res.singular, Namespaced: res.namespaced, Kind: res.kind,
+			Verbs: verbsMain, ShortNames: res.shortNames, Categories: res.categories,
+			StorageVersionHash: storageVersionHash(res),
+		})
+		for _, sub := range res.subresources {
+			ar := metav1.APIResource{Name: res.name + "/" + sub, Namespaced: res.namespaced, Kind: res.kind,
+				Verbs: metav1.Verbs{"get", "patch", "update"}}
+			if sub == "binding" {
+				ar.Kind, ar.Verbs = "Binding", metav1.Verbs{"create"}
+			}
+			list.APIResources = append(list.APIResources, ar)
+		}
+	}
+	sort.SliceStable(list.APIResources, func(i, j int) bool { return list.APIResources[i].Name < list.APIResources[j].Name })
+	writeJSON(w, http.StatusOK, list)
+}
+
+// storageVersionHash lets clients notice a storage version change; ours never changes, so
+// a stable digest of group/version/kind is enough.
+func storageVersionHash(res *resource) string {
+	h := uint64(14695981039346656037)
+	for _, c := range []byte(res.apiVersion() + "/" + res.kind) {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	var b strings.Builder
+	for i := 0; i < 11; i++ {
+		b.WriteByte(alphabet[h&63])
+		h >>= 6
+	}
+	return b.String() + "="
+}
+
+func notFoundPath(r *http.Request) error {
+	return statusError(http.StatusNotFound, metav1.StatusReasonNotFound,
+		fmt.Sprintf("the server could not find the requested resource (%s %s)", r.Method, r.URL.Path))
+}

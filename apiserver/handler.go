@@ -1,0 +1,265 @@
+package apiserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/miniplane/miniplane/apiserver/auth"
+)
+
+// call is one resource request on its way through a handler.
+type call struct {
+	s    *Server
+	w    http.ResponseWriter
+	r    *http.Request
+	info *requestInfo
+	user *auth.User
+	out  output
+	// nodeCheck: the caller is a node and may act only on objects of its own node.
+	nodeCheck bool
+}
+
+func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
+	info, err := s.parseRequest(r)
+	if err != nil {
+		writeError(w, r, err, groupResourceNone, "")
+		return
+	}
+	st := stateFrom(r.Context())
+	st.verb, st.resource, st.subresource = info.verb, info.res.name, info.subresource
+	c := &call{s: s, w: w, r: r, info: info, user: st.user}
+	attrs := auth.Attributes{Verb: info.verb, Group: info.res.group, Resource: info.res.name,
+		Subresource: info.subresource, Namespace: info.namespace, Name: info.name}
+	switch decision, reason := s.authz.Authorize(c.user, attrs); decision {
+	case auth.Deny:
+		c.fail(c.forbidden(reason))
+		return
+	case auth.NodeObjectCheck:
+		c.nodeCheck = true
+	}
+	if c.out, err = negotiate(r); err != nil {
+		c.fail(err)
+		return
+	}
+	switch info.verb {
+	case "get":
+		c.get()
+	case "list":
+		c.list()
+	case "watch":
+		c.watch()
+	case "create":
+		if info.subresource == "binding" {
+			c.bind()
+		} else {
+			c.create()
+		}
+	case "update":
+		c.update()
+	case "patch":
+		c.patch()
+	case "delete":
+		c.delete()
+	case "deletecollection":
+		c.deleteCollection()
+	}
+}
+
+func (c *call) forbidden(reason string) error {
+	what := fmt.Sprintf("User %q cannot %s resource %q", c.user.Name, c.info.verb, c.info.res.name)
+	if c.info.subresource != "" {
+		what = fmt.Sprintf("User %q cannot %s resource \"%s/%s\"", c.user.Name, c.info.verb, c.info.res.name, c.info.subresource)
+	}
+	what += fmt.Sprintf(" in API group %q", c.info.res.group)
+	if c.info.namespace != "" {
+		what += fmt.Sprintf(" in the namespace %q", c.info.namespace)
+	} else {
+		what += " at the cluster scope"
+	}
+	if reason != "" {
+		what += ": " + reason
+	}
+	return apierrors.NewForbidden(c.info.res.groupResource(), c.info.name, errors.New(what))
+}
+
+// authorizeNodeObject finishes node authorization once the object is known.
+func (c *call) authorizeNodeObject(obj runtime.Object) error {
+	if !c.nodeCheck {
+		return nil
+	}
+	node := ""
+	if c.info.res.nodeNameOf != nil {
+		node = c.info.res.nodeNameOf(obj)
+	}
+	if d, reason := auth.AuthorizeNodeObject(c.user, node); d != auth.Allow {
+		return c.forbidden(reason)
+	}
+	return nil
+}
+
+func (c *call) gr() schema.GroupResource { return c.info.res.groupResource() }
+
+func (c *call) fail(err error) { writeError(c.w, c.r, err, c.gr(), c.info.name) }
+
+func (c *call) key(namespace, name string) string {
+	return c.info.res.key(c.s.cfg.EtcdPrefix, namespace, name)
+}
+
+// respond writes one object in the negotiated shape. cachedJSON, when given, is obj's
+// encoding already made by the watch cache.
+func (c *call) respond(code int, obj runtime.Object, cachedJSON []byte) {
+	switch c.out.kind {
+	case outputTable:
+		writeOutput(c.w, c.out, code, c.s.toTable(c.info.res, []runtime.Object{obj}, c.out, c.r.URL.Query().Get("includeObject"), metav1.ListMeta{}))
+		return
+	case outputMetadata:
+		writeOutput(c.w, c.out, code, partialMetadata(obj))
+		return
+	}
+	if cachedJSON != nil {
+		writeBytes(c.w, code, cachedJSON, c.out.yaml)
+		return
+	}
+	obj.GetObjectKind().SetGroupVersionKind(c.info.res.gvk())
+	writeOutput(c.w, c.out, code, obj)
+}
+
+func partialMetadata(obj runtime.Object) *metav1.PartialObjectMetadata {
+	m, _ := meta.Accessor(obj)
+	pom := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
+	if om, ok := m.(*metav1.ObjectMeta); ok {
+		pom.ObjectMeta = *om
+	}
+	return pom
+}
+
+// fieldValidation is the directive for unknown and duplicate fields in a body.
+type fieldValidation string
+
+const (
+	validationIgnore fieldValidation = "Ignore"
+	validationWarn   fieldValidation = "Warn"
+	validationStrict fieldValidation = "Strict"
+)
+
+func (c *call) fieldValidation() (fieldValidation, error) {
+	switch v := c.r.URL.Query().Get("fieldValidation"); v {
+	case "":
+		return validationWarn, nil // kube-apiserver's default
+	case string(validationIgnore), string(validationWarn), string(validationStrict):
+		return fieldValidation(v), nil
+	default:
+		return "", badRequest("fieldValidation: Unsupported value: %q: supported values: \"Ignore\", \"Strict\", \"Warn\"", v)
+	}
+}
+
+func (c *call) dryRun() (bool, error) {
+	values := c.r.URL.Query()["dryRun"]
+	for _, v := range values {
+		if v != "All" {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("dryRun: Unsupported value: %q: supported values: \"All\"", v))
+		}
+	}
+	return len(values) > 0, nil
+}
+
+// readBody reads the request body, enforcing the size limit with 413.
+func (c *call) readBody() ([]byte, error) {
+	limit := c.s.cfg.MaxRequestBodyBytes
+	if c.r.ContentLength > limit {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit))
+	}
+	data, err := io.ReadAll(io.LimitReader(c.r.Body, limit+1))
+	if err != nil {
+		return nil, badRequest("reading request body: %v", err)
+	}
+	if int64(len(data)) > limit {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit))
+	}
+	return data, nil
+}
+
+// decodeObject decodes a body into a new object of the resource's kind, applying the
+// fieldValidation directive, and checks apiVersion and kind when the body names them.
+// Warnings for unknown fields go into the Warning header.
+func (c *call) decodeObject(data []byte, want schema.GroupVersionKind, into runtime.Object) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return badRequest("the request body is empty")
+	}
+	ct := c.r.Header.Get("Content-Type")
+	if ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil {
+			return unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (%v)", err))
+		}
+		switch mt {
+		case "application/json", "*/*":
+		case "application/yaml":
+			if data, err = yaml.YAMLToJSON(data); err != nil {
+				return badRequest("invalid YAML: %v", err)
+			}
+		case "application/vnd.kubernetes.protobuf", "application/cbor":
+			return unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got %s)", mt))
+		default:
+			return unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got %s)", mt))
+		}
+	}
+	return c.decodeJSON(data, want, into)
+}
+
+func (c *call) decodeJSON(data []byte, want schema.GroupVersionKind, into runtime.Object) error {
+	mode, err := c.fieldValidation()
+	if err != nil {
+		return err
+	}
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(data, &tm); err != nil {
+		return badRequest("the body of the request is not valid JSON: %v", err)
+	}
+	if tm.APIVersion != "" && tm.APIVersion != want.GroupVersion().String() {
+		return badRequest("the API version in the data (%s) does not match the expected API version (%s)", tm.APIVersion, want.GroupVersion().String())
+	}
+	if tm.Kind != "" && tm.Kind != want.Kind {
+		return badRequest("the kind in the data (%s) does not match the expected kind (%s)", tm.Kind, want.Kind)
+	}
+	strictErrs, err := sigsjson.UnmarshalStrict(data, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return badRequest("the body of the request could not be decoded as %s: %v", want.Kind, err)
+	}
+	if len(strictErrs) > 0 {
+		switch mode {
+		case validationStrict:
+			msgs := make([]string, len(strictErrs))
+			for i, e := range strictErrs {
+				msgs[i] = e.Error()
+			}
+			return badRequest("strict decoding error: %s", strings.Join(msgs, ", "))
+		case validationWarn:
+			for _, e := range strictErrs {
+				c.w.Header().Add("Warning", fmt.Sprintf("299 - %q", e.Error()))
+			}
+		}
+	}
+	into.GetObjectKind().SetGroupVersionKind(want)
+	return nil
+}
+
+// now is the server clock's time at second precision, as object timestamps are stored.
+func (c *call) now() metav1.Time {
+	return metav1.NewTime(c.s.clock.Now().Truncate(time.Second))
+}

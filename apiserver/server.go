@@ -1,0 +1,312 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/apiserver/auth"
+	"github.com/miniplane/miniplane/apiserver/pki"
+	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/store"
+)
+
+// bootstrapNamespaces exist from the start, as in every Kubernetes cluster, and cannot be
+// deleted.
+var bootstrapNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease}
+
+// Options are what New needs besides configuration.
+type Options struct {
+	Config configs.APIServer
+	Store  store.Store
+	// Clock stamps creation and deletion times; nil means the real clock.
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// Server is a running (or ready to run) API server.
+type Server struct {
+	cfg     configs.APIServer
+	store   store.Store
+	clock   clock.Clock
+	log     *slog.Logger
+	reg     *registry
+	authn   *auth.TokenAuthenticator
+	authz   *auth.Authorizer
+	metrics *metrics
+	handler http.Handler
+	nsFinal *namespaceFinalizer
+
+	mu      sync.Mutex
+	servers []*http.Server
+	addr    net.Addr
+	caPEM   []byte
+	ready   bool
+	done    chan struct{}
+	errs    chan error
+}
+
+// New builds a server from its configuration; Start runs it.
+func New(opts Options) (*Server, error) {
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Store == nil {
+		return nil, errors.New("apiserver: a store is required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	authn, err := auth.LoadTokenFile(opts.Config.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:   opts.Config,
+		store: opts.Store,
+		clock: opts.Clock,
+		log:   opts.Logger.With("component", "apiserver"),
+		reg:   newRegistry(opts.Config.EventTTL),
+		authn: authn,
+		authz: &auth.Authorizer{AdminGroups: opts.Config.AdminGroups, ReadOnlyGroups: opts.Config.ReadOnlyGroups},
+		done:  make(chan struct{}),
+		errs:  make(chan error, 4),
+	}
+	for _, r := range s.reg.all {
+		r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, s.log)
+	}
+	s.metrics = newMetrics(s.reg)
+	s.nsFinal = newNamespaceFinalizer(s)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP handler, for tests that serve it themselves.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	r := mux.NewRouter()
+	r.HandleFunc("/healthz", s.serveHealth).Methods(http.MethodGet)
+	r.HandleFunc("/livez", s.serveHealth).Methods(http.MethodGet)
+	r.HandleFunc("/readyz", s.serveReady).Methods(http.MethodGet)
+	r.HandleFunc("/version", serveVersion).Methods(http.MethodGet)
+	r.Handle("/metrics", s.metrics.handler()).Methods(http.MethodGet)
+	r.HandleFunc("/api", s.serveCoreVersions).Methods(http.MethodGet)
+	r.HandleFunc("/apis", s.serveGroups).Methods(http.MethodGet)
+	r.HandleFunc("/openapi/v3", s.serveOpenAPIRoot).Methods(http.MethodGet)
+	r.HandleFunc("/openapi/v3/{path:.+}", s.serveOpenAPIGroupVersion).Methods(http.MethodGet)
+	r.HandleFunc("/api/{version}", s.serveResourceList).Methods(http.MethodGet)
+	r.HandleFunc("/apis/{group}", s.serveGroup).Methods(http.MethodGet)
+	r.HandleFunc("/apis/{group}/{version}", s.serveResourceList).Methods(http.MethodGet)
+	r.PathPrefix("/api/").HandlerFunc(s.serveResource)
+	r.PathPrefix("/apis/").HandlerFunc(s.serveResource)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		writeStatus(w, &metav1.Status{Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+			Message: fmt.Sprintf("the server could not find the requested resource (%s %s)", req.Method, req.URL.Path)})
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		writeStatus(w, &metav1.Status{Code: http.StatusMethodNotAllowed, Reason: metav1.StatusReasonMethodNotAllowed,
+			Message: fmt.Sprintf("%s is not supported on %s", req.Method, req.URL.Path)})
+	})
+	return s.withRecovery(s.metrics.instrument(s.withAuthentication(r)))
+}
+
+// Start starts the watch caches, creates the bootstrap namespaces and begins serving
+// HTTPS (and the opt-in plain-HTTP listener). It returns once requests can be served;
+// the server stops when ctx ends, and Wait reports how.
+func (s *Server) Start(ctx context.Context) error {
+	for _, r := range s.reg.all {
+		go r.cache.run(ctx)
+	}
+	for _, r := range s.reg.all {
+		if err := r.cache.waitForRV(ctx, 1, time.Minute); err != nil {
+			return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
+		}
+	}
+	if err := s.bootstrap(ctx); err != nil {
+		return err
+	}
+	go s.nsFinal.run(ctx)
+
+	tlsConfig, err := s.tlsConfig()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	secure := s.newHTTPServer()
+	secure.TLSConfig = tlsConfig
+	s.mu.Lock()
+	s.addr = ln.Addr()
+	s.servers = append(s.servers, secure)
+	s.mu.Unlock()
+	go func() { s.errs <- ignoreClosed(secure.Serve(tls.NewListener(ln, tlsConfig))) }()
+
+	if s.cfg.InsecureListen != "" {
+		iln, err := net.Listen("tcp", s.cfg.InsecureListen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", s.cfg.InsecureListen, err)
+		}
+		insecure := s.newHTTPServer()
+		insecure.Handler = s.withRecovery(s.metrics.instrument(s.withInsecureAdmin(s.handler)))
+		s.mu.Lock()
+		s.servers = append(s.servers, insecure)
+		s.mu.Unlock()
+		s.log.Warn("serving plain HTTP without authentication", "address", iln.Addr().String())
+		go func() { s.errs <- ignoreClosed(insecure.Serve(iln)) }()
+	}
+	s.mu.Lock()
+	s.ready = true
+	s.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		s.shutdown()
+	}()
+	return nil
+}
+
+func (s *Server) newHTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// kube-apiserver allows 1000 streams per HTTP/2 connection: one client-go
+		// transport carries every informer's watch on one connection.
+		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: 1000},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	servers := s.servers
+	s.ready = false
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		// Watches never finish on their own; close what Shutdown could not drain.
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+	}
+	close(s.done)
+}
+
+// Wait blocks until the server has stopped and returns the first serving error.
+func (s *Server) Wait() error {
+	<-s.done
+	select {
+	case err := <-s.errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// Addr is the HTTPS listener's address (useful with port 0).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// CAPEM returns the CA certificate clients should trust.
+func (s *Server) CAPEM() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.caPEM
+}
+
+// tlsConfig loads or creates the CA and the serving certificate in the cert dir.
+func (s *Server) tlsConfig() (*tls.Config, error) {
+	ca, err := pki.EnsureCA(s.cfg.CertDir, "miniplane-ca")
+	if err != nil {
+		return nil, fmt.Errorf("CA: %w", err)
+	}
+	hosts := append(pki.DefaultServingHosts(), "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+	if host, _, err := net.SplitHostPort(s.cfg.Listen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+		hosts = append(hosts, host)
+	}
+	hosts = append(hosts, s.cfg.TLSSANs...)
+	certPath, keyPath, err := ca.EnsureLeaf(s.cfg.CertDir, pki.LeafRequest{
+		Name: "apiserver", CommonName: "miniplane-apiserver", Hosts: hosts, Usage: pki.ServerAuth,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.caPEM = ca.CertPEM
+	s.mu.Unlock()
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}, nil
+}
+
+// bootstrap creates the namespaces every cluster has.
+func (s *Server) bootstrap(ctx context.Context) error {
+	nsRes := s.reg.lookup("", "v1", "namespaces")
+	for _, name := range bootstrapNamespaces {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: name, UID: uuid.NewUUID(), CreationTimestamp: metav1.NewTime(s.clock.Now()),
+			Labels: map[string]string{corev1.LabelMetadataName: name},
+		}}
+		nsRes.strategy.prepareForCreate(ns)
+		_, err := s.store.Create(ctx, nsRes.key(s.cfg.EtcdPrefix, "", name), ns, 0)
+		if err != nil && !errors.Is(err, store.ErrAlreadyExists) {
+			return fmt.Errorf("bootstrap namespace %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if ready {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if _, err := s.store.CurrentRevision(ctx); err != nil {
+			http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		s.serveHealth(w, r)
+		return
+	}
+	http.Error(w, "not ready", http.StatusServiceUnavailable)
+}

@@ -1,0 +1,318 @@
+package apiserver
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// namespaceStrategy: namespaces start Active with the "kubernetes" finalizer; phase and
+// spec.finalizers belong to the server.
+type namespaceStrategy struct{}
+
+func (namespaceStrategy) prepareForCreate(obj runtime.Object) {
+	ns := obj.(*corev1.Namespace)
+	ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+	ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[corev1.LabelMetadataName] = ns.Name
+}
+
+func (namespaceStrategy) validate(runtime.Object) field.ErrorList { return nil }
+
+func (namespaceStrategy) prepareForUpdate(obj, old runtime.Object) {
+	ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
+	ns.Spec.Finalizers = oldNS.Spec.Finalizers
+	ns.Status = oldNS.Status
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[corev1.LabelMetadataName] = ns.Name
+}
+
+func (namespaceStrategy) validateUpdate(runtime.Object, runtime.Object) field.ErrorList { return nil }
+
+func (namespaceStrategy) prepareForStatusUpdate(obj, old runtime.Object) {
+	obj.(*corev1.Namespace).Spec = old.(*corev1.Namespace).Spec
+}
+
+func (namespaceStrategy) validateStatusUpdate(runtime.Object, runtime.Object) field.ErrorList {
+	return nil
+}
+
+func (namespaceStrategy) selectableFields(obj runtime.Object) fields.Set {
+	return fields.Set{"status.phase": string(obj.(*corev1.Namespace).Status.Phase)}
+}
+
+func (namespaceStrategy) tableColumns() []metav1.TableColumnDefinition {
+	return []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "Status", Type: "string", Description: "The status of the namespace"}, ageColumn()}
+}
+
+func (namespaceStrategy) tableRow(obj runtime.Object, now time.Time) []any {
+	ns := obj.(*corev1.Namespace)
+	return []any{ns.Name, string(ns.Status.Phase), age(ns.CreationTimestamp, now)}
+}
+
+// nodeStrategy: a node may be created with its status (the kubelet registers that way);
+// afterwards the main resource keeps status and the status subresource keeps spec.
+type nodeStrategy struct{}
+
+func (nodeStrategy) prepareForCreate(obj runtime.Object) {
+	obj.(*corev1.Node).Spec.ConfigSource = nil //nolint:staticcheck // cleared as kube-apiserver does
+}
+
+func (nodeStrategy) validate(obj runtime.Object) field.ErrorList {
+	return validateNodeSpec(obj.(*corev1.Node))
+}
+
+func validateNodeSpec(node *corev1.Node) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("spec", "taints")
+	seen := map[string]bool{}
+	for i, t := range node.Spec.Taints {
+		tp := p.Index(i)
+		for _, msg := range validation.IsQualifiedName(t.Key) {
+			errs = append(errs, field.Invalid(tp.Child("key"), t.Key, msg))
+		}
+		if t.Value != "" {
+			for _, msg := range validation.IsValidLabelValue(t.Value) {
+				errs = append(errs, field.Invalid(tp.Child("value"), t.Value, msg))
+			}
+		}
+		switch t.Effect {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		case "":
+			errs = append(errs, field.Required(tp.Child("effect"), ""))
+		default:
+			errs = append(errs, field.NotSupported(tp.Child("effect"), t.Effect, []string{"NoExecute", "NoSchedule", "PreferNoSchedule"}))
+		}
+		k := t.Key + "/" + string(t.Effect)
+		if seen[k] {
+			errs = append(errs, field.Duplicate(tp, fmt.Sprintf("taints must be unique by key and effect pair: %s:%s", t.Key, t.Effect)))
+		}
+		seen[k] = true
+	}
+	for name, q := range node.Status.Capacity {
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(field.NewPath("status", "capacity").Key(string(name)), q.String(), "must be greater than or equal to 0"))
+		}
+	}
+	for name, q := range node.Status.Allocatable {
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(field.NewPath("status", "allocatable").Key(string(name)), q.String(), "must be greater than or equal to 0"))
+		}
+	}
+	return errs
+}
+
+func (nodeStrategy) prepareForUpdate(obj, old runtime.Object) {
+	obj.(*corev1.Node).Status = old.(*corev1.Node).Status
+}
+
+func (nodeStrategy) validateUpdate(obj, _ runtime.Object) field.ErrorList {
+	return validateNodeSpec(obj.(*corev1.Node))
+}
+
+func (nodeStrategy) prepareForStatusUpdate(obj, old runtime.Object) {
+	obj.(*corev1.Node).Spec = old.(*corev1.Node).Spec
+}
+
+func (nodeStrategy) validateStatusUpdate(obj, _ runtime.Object) field.ErrorList {
+	return validateNodeSpec(obj.(*corev1.Node))
+}
+
+func (nodeStrategy) selectableFields(obj runtime.Object) fields.Set {
+	return fields.Set{"spec.unschedulable": fmt.Sprint(obj.(*corev1.Node).Spec.Unschedulable)}
+}
+
+func (nodeStrategy) tableColumns() []metav1.TableColumnDefinition {
+	return []metav1.TableColumnDefinition{
+		nameColumn(),
+		{Name: "Status", Type: "string", Description: "The status of the node"},
+		{Name: "Roles", Type: "string", Description: "The roles of the node"},
+		ageColumn(),
+		{Name: "Version", Type: "string", Description: "Kubelet Version reported by the node."},
+		{Name: "Internal-IP", Type: "string", Priority: 1, Description: "List of internal IPs."},
+		{Name: "External-IP", Type: "string", Priority: 1, Description: "List of external IPs."},
+		{Name: "OS-Image", Type: "string", Priority: 1, Description: "OS Image reported by the node."},
+		{Name: "Kernel-Version", Type: "string", Priority: 1, Description: "Kernel Version reported by the node."},
+		{Name: "Container-Runtime", Type: "string", Priority: 1, Description: "Container Runtime Version reported by the node."},
+	}
+}
+
+func (nodeStrategy) tableRow(obj runtime.Object, now time.Time) []any {
+	node := obj.(*corev1.Node)
+	status := "Unknown"
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			switch c.Status {
+			case corev1.ConditionTrue:
+				status = "Ready"
+			case corev1.ConditionFalse:
+				status = "NotReady"
+			}
+		}
+	}
+	if node.Spec.Unschedulable {
+		status += ",SchedulingDisabled"
+	}
+	var roles []string
+	for k := range node.Labels {
+		if r, ok := strings.CutPrefix(k, "node-role.kubernetes.io/"); ok && r != "" {
+			roles = append(roles, r)
+		}
+	}
+	sort.Strings(roles)
+	internal, external := "<none>", "<none>"
+	for _, a := range node.Status.Addresses {
+		switch {
+		case a.Type == corev1.NodeInternalIP && internal == "<none>":
+			internal = a.Address
+		case a.Type == corev1.NodeExternalIP && external == "<none>":
+			external = a.Address
+		}
+	}
+	info := node.Status.NodeInfo
+	return []any{node.Name, status, orNone(strings.Join(roles, ",")), age(node.CreationTimestamp, now), info.KubeletVersion,
+		internal, external, orUnknown(info.OSImage), orUnknown(info.KernelVersion), orUnknown(info.ContainerRuntimeVersion)}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "<unknown>"
+	}
+	return s
+}
+
+// eventStrategy: events are written by controllers and expire after the event TTL.
+type eventStrategy struct{ noStatus }
+
+func (eventStrategy) prepareForCreate(runtime.Object) {}
+
+func (eventStrategy) validate(obj runtime.Object) field.ErrorList {
+	ev := obj.(*corev1.Event)
+	var errs field.ErrorList
+	if ev.InvolvedObject.Namespace != "" && ev.InvolvedObject.Namespace != ev.Namespace {
+		errs = append(errs, field.Invalid(field.NewPath("involvedObject", "namespace"), ev.InvolvedObject.Namespace, "does not match event.namespace"))
+	}
+	if ev.Count < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("count"), ev.Count, "must be greater than or equal to 0"))
+	}
+	return errs
+}
+
+func (eventStrategy) prepareForUpdate(runtime.Object, runtime.Object) {}
+
+func (s eventStrategy) validateUpdate(obj, _ runtime.Object) field.ErrorList { return s.validate(obj) }
+
+func (eventStrategy) selectableFields(obj runtime.Object) fields.Set {
+	ev := obj.(*corev1.Event)
+	source := ev.Source.Component
+	if source == "" {
+		source = ev.ReportingController
+	}
+	return fields.Set{
+		"involvedObject.kind":            ev.InvolvedObject.Kind,
+		"involvedObject.namespace":       ev.InvolvedObject.Namespace,
+		"involvedObject.name":            ev.InvolvedObject.Name,
+		"involvedObject.uid":             string(ev.InvolvedObject.UID),
+		"involvedObject.apiVersion":      ev.InvolvedObject.APIVersion,
+		"involvedObject.resourceVersion": ev.InvolvedObject.ResourceVersion,
+		"involvedObject.fieldPath":       ev.InvolvedObject.FieldPath,
+		"reason":                         ev.Reason,
+		"reportingComponent":             ev.ReportingController,
+		"source":                         source,
+		"type":                           ev.Type,
+	}
+}
+
+func (eventStrategy) tableColumns() []metav1.TableColumnDefinition {
+	return []metav1.TableColumnDefinition{
+		{Name: "Last Seen", Type: "string", Description: "The last time the event was seen."},
+		{Name: "Type", Type: "string", Description: "Type of this event (Normal, Warning)."},
+		{Name: "Reason", Type: "string", Description: "Why the action was taken."},
+		{Name: "Object", Type: "string", Description: "The object the event is about."},
+		{Name: "Message", Type: "string", Description: "A human-readable description of the status of this operation."},
+		{Name: "Subobject", Type: "string", Priority: 1, Description: "The field of the object the event is about."},
+		{Name: "Source", Type: "string", Priority: 1, Description: "The component reporting this event."},
+		{Name: "First Seen", Type: "string", Priority: 1, Description: "The first time the event was seen."},
+		{Name: "Count", Type: "string", Priority: 1, Description: "The number of times this event has occurred."},
+		{Name: "Name", Type: "string", Format: "name", Priority: 1, Description: "The name of the event."},
+	}
+}
+
+func (eventStrategy) tableRow(obj runtime.Object, now time.Time) []any {
+	ev := obj.(*corev1.Event)
+	last := ev.LastTimestamp
+	if last.IsZero() {
+		last = metav1.NewTime(ev.EventTime.Time)
+	}
+	if last.IsZero() {
+		last = ev.CreationTimestamp
+	}
+	first := ev.FirstTimestamp
+	if first.IsZero() {
+		first = ev.CreationTimestamp
+	}
+	object := strings.ToLower(ev.InvolvedObject.Kind) + "/" + ev.InvolvedObject.Name
+	count := ev.Count
+	if count == 0 {
+		count = 1
+	}
+	source := ev.Source.Component
+	if ev.Source.Host != "" {
+		source += ", " + ev.Source.Host
+	}
+	return []any{age(last, now), ev.Type, ev.Reason, object, strings.TrimSpace(ev.Message),
+		ev.InvolvedObject.FieldPath, source, age(first, now), fmt.Sprint(count), ev.Name}
+}
+
+// leaseStrategy: leases are plain objects (node heartbeats and leader election).
+type leaseStrategy struct{ noStatus }
+
+func (leaseStrategy) prepareForCreate(runtime.Object) {}
+
+func (leaseStrategy) validate(obj runtime.Object) field.ErrorList {
+	l := obj.(*coordinationv1.Lease)
+	var errs field.ErrorList
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "leaseDurationSeconds"), *l.Spec.LeaseDurationSeconds, "must be greater than 0"))
+	}
+	if l.Spec.LeaseTransitions != nil {
+		errs = append(errs, apivalidation.ValidateNonnegativeField(int64(*l.Spec.LeaseTransitions), field.NewPath("spec", "leaseTransitions"))...)
+	}
+	return errs
+}
+
+func (leaseStrategy) prepareForUpdate(runtime.Object, runtime.Object) {}
+
+func (s leaseStrategy) validateUpdate(obj, _ runtime.Object) field.ErrorList { return s.validate(obj) }
+
+func (leaseStrategy) selectableFields(runtime.Object) fields.Set { return nil }
+
+func (leaseStrategy) tableColumns() []metav1.TableColumnDefinition {
+	return []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "Holder", Type: "string", Description: "The holder of the lease."}, ageColumn()}
+}
+
+func (leaseStrategy) tableRow(obj runtime.Object, now time.Time) []any {
+	l := obj.(*coordinationv1.Lease)
+	holder := ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	return []any{l.Name, holder, age(l.CreationTimestamp, now)}
+}

@@ -1,0 +1,340 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"reflect"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/miniplane/miniplane/store"
+)
+
+// errDryRun ends a dry-run update after the new state was computed, so nothing is written.
+type errDryRun struct{ obj runtime.Object }
+
+func (errDryRun) Error() string { return "dry run" }
+
+// update serves PUT of an object or its status.
+func (c *call) update() {
+	res := c.info.res
+	data, err := c.readBody()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	obj := res.newFunc()
+	if err := c.decodeObject(data, res.gvk(), obj); err != nil {
+		c.fail(err)
+		return
+	}
+	m, _ := meta.Accessor(obj)
+	if m.GetName() == "" {
+		m.SetName(c.info.name)
+	}
+	if m.GetName() != c.info.name {
+		c.fail(badRequest("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), c.info.name))
+		return
+	}
+	if err := c.checkBodyNamespace(m); err != nil {
+		c.fail(err)
+		return
+	}
+	c.applyUpdate(func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil }, obj)
+}
+
+// patch serves PATCH with a JSON patch, a JSON merge patch or a strategic merge patch.
+func (c *call) patch() {
+	mt, _, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
+	switch types.PatchType(mt) {
+	case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
+	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
+		c.fail(unsupportedMediaType("server-side apply is not supported by miniplane; use client-side `kubectl apply` (without --server-side) or another patch type"))
+		return
+	default:
+		c.fail(unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s", types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType)))
+		return
+	}
+	patchBytes, err := c.readBody()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	res := c.info.res
+	c.applyUpdate(func(cur runtime.Object) (runtime.Object, error) {
+		cur.GetObjectKind().SetGroupVersionKind(res.gvk())
+		curJSON, err := json.Marshal(cur)
+		if err != nil {
+			return nil, err
+		}
+		var patched []byte
+		switch types.PatchType(mt) {
+		case types.JSONPatchType:
+			p, err := jsonpatch.DecodePatch(patchBytes)
+			if err != nil {
+				return nil, badRequest("the json patch could not be decoded: %v", err)
+			}
+			if patched, err = p.Apply(curJSON); err != nil {
+				return nil, statusError(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf("the json patch could not be applied: %v", err))
+			}
+		case types.MergePatchType:
+			if patched, err = jsonpatch.MergePatch(curJSON, patchBytes); err != nil {
+				return nil, badRequest("the merge patch could not be applied: %v", err)
+			}
+		case types.StrategicMergePatchType:
+			if patched, err = strategicpatch.StrategicMergePatch(curJSON, patchBytes, res.newFunc()); err != nil {
+				return nil, badRequest("the strategic merge patch could not be applied: %v", err)
+			}
+		}
+		next := res.newFunc()
+		if err := c.decodeJSON(patched, res.gvk(), next); err != nil {
+			return nil, err
+		}
+		return next, nil
+	}, nil)
+}
+
+// applyUpdate runs an update (or patch): compute the new state from the current one, apply
+// the resource's rules, and compare-and-swap it into etcd. newState may be a PUT body
+// (then body is that object, for create-on-update) or a patch applied to the current state.
+func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, error), body runtime.Object) {
+	res := c.info.res
+	dryRun, err := c.dryRun()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	status := c.info.subresource == "status"
+	key := c.key(c.info.namespace, c.info.name)
+	var suggestion runtime.Object
+	if co, ok := res.cache.get(key); ok {
+		suggestion = co.obj
+	}
+	var last runtime.Object
+	out, err := c.s.store.GuaranteedUpdate(c.r.Context(), key, func(cur runtime.Object) (runtime.Object, error) {
+		if err := c.authorizeNodeObject(cur); err != nil {
+			return nil, err
+		}
+		next, err := newState(cur)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.s.prepareUpdate(res, next, cur, status, c.info.name); err != nil {
+			return nil, err
+		}
+		last = next
+		if dryRun {
+			return nil, errDryRun{obj: next}
+		}
+		if deletionComplete(next) {
+			return nil, nil // the last finalizer is gone: the object goes
+		}
+		return next, nil
+	}, store.UpdateOptions{TTL: res.ttl, Suggestion: suggestion})
+	var dr errDryRun
+	switch {
+	case errors.As(err, &dr):
+		c.respond(http.StatusOK, dr.obj, nil)
+	case errors.Is(err, store.ErrNotFound) && res.allowCreateOnUpdate && !status && body != nil:
+		created, err := c.createObject(body, dryRun)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.respond(http.StatusCreated, created, nil)
+	case err != nil:
+		c.fail(err)
+	case out == nil:
+		c.respond(http.StatusOK, last, nil)
+	default:
+		c.respond(http.StatusOK, out, nil)
+	}
+}
+
+// deletionComplete reports whether an object marked for deletion has no finalizers left and
+// no grace period to wait for: it is removed instead of updated.
+func deletionComplete(obj runtime.Object) bool {
+	m, _ := meta.Accessor(obj)
+	if m.GetDeletionTimestamp() == nil || len(m.GetFinalizers()) > 0 {
+		return false
+	}
+	if ns, ok := obj.(*corev1.Namespace); ok && len(ns.Spec.Finalizers) > 0 {
+		return false // the namespace finalizer has not emptied it yet
+	}
+	g := m.GetDeletionGracePeriodSeconds()
+	return g == nil || *g == 0
+}
+
+// prepareUpdate applies the update rules to next given the stored cur: preconditions,
+// server-owned metadata, the resource's main-or-status rules, generation, validation.
+func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status bool, name string) error {
+	nm, _ := meta.Accessor(next)
+	om, _ := meta.Accessor(cur)
+	if rv := nm.GetResourceVersion(); rv != "" && rv != om.GetResourceVersion() {
+		return conflictError(res.groupResource(), name)
+	}
+	if uid := nm.GetUID(); uid != "" && uid != om.GetUID() {
+		return apierrors.NewConflict(res.groupResource(), name,
+			fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", uid, om.GetUID()))
+	}
+	nm.SetResourceVersion(om.GetResourceVersion())
+	nm.SetUID(om.GetUID())
+	nm.SetCreationTimestamp(om.GetCreationTimestamp())
+	nm.SetDeletionTimestamp(om.GetDeletionTimestamp())
+	nm.SetDeletionGracePeriodSeconds(om.GetDeletionGracePeriodSeconds())
+	nm.SetGeneration(om.GetGeneration())
+	nm.SetManagedFields(nil)
+	nm.SetSelfLink("")
+	if status {
+		// A status write changes status only: metadata a client may edit stays as stored.
+		nm.SetLabels(om.GetLabels())
+		nm.SetAnnotations(om.GetAnnotations())
+		nm.SetFinalizers(om.GetFinalizers())
+		nm.SetOwnerReferences(om.GetOwnerReferences())
+		res.strategy.prepareForStatusUpdate(next, cur)
+	} else {
+		res.strategy.prepareForUpdate(next, cur)
+		if res.tracksGeneration && !apiequality.Semantic.DeepEqual(specOf(next), specOf(cur)) {
+			nm.SetGeneration(om.GetGeneration() + 1)
+		}
+	}
+	errs := apivalidation.ValidateObjectMetaAccessorUpdate(nm, om, field.NewPath("metadata"))
+	if om.GetDeletionTimestamp() != nil {
+		errs = append(errs, noNewFinalizers(nm.GetFinalizers(), om.GetFinalizers())...)
+	}
+	if status {
+		errs = append(errs, res.strategy.validateStatusUpdate(next, cur)...)
+	} else {
+		errs = append(errs, apivalidation.ValidateObjectMetaAccessor(nm, res.namespaced, nameValidator(res), field.NewPath("metadata"))...)
+		errs = append(errs, res.strategy.validateUpdate(next, cur)...)
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(res.gvk().GroupKind(), name, errs)
+	}
+	return nil
+}
+
+// specOf returns the Spec field of a typed object, or nil when it has none.
+func specOf(obj runtime.Object) any {
+	v := reflect.ValueOf(obj)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	f := v.FieldByName("Spec")
+	if !f.IsValid() {
+		return nil
+	}
+	return f.Interface()
+}
+
+func noNewFinalizers(next, old []string) field.ErrorList {
+	have := map[string]bool{}
+	for _, f := range old {
+		have[f] = true
+	}
+	for _, f := range next {
+		if !have[f] {
+			return field.ErrorList{field.Forbidden(field.NewPath("metadata", "finalizers"),
+				fmt.Sprintf("no new finalizers can be added if the object is being deleted, found new finalizers %q", f))}
+		}
+	}
+	return nil
+}
+
+// bind serves POST pods/<name>/binding: the scheduler's way to set spec.nodeName.
+func (c *call) bind() {
+	data, err := c.readBody()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	binding := &corev1.Binding{}
+	if err := c.decodeObject(data, corev1.SchemeGroupVersion.WithKind("Binding"), binding); err != nil {
+		c.fail(err)
+		return
+	}
+	if binding.Name != "" && binding.Name != c.info.name {
+		c.fail(badRequest("the name of the object (%s) does not match the name on the URL (%s)", binding.Name, c.info.name))
+		return
+	}
+	if binding.Target.Name == "" {
+		c.fail(apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Binding").GroupKind(), c.info.name,
+			field.ErrorList{field.Required(field.NewPath("target", "name"), "")}))
+		return
+	}
+	if binding.Target.Kind != "" && binding.Target.Kind != "Node" {
+		c.fail(apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Binding").GroupKind(), c.info.name,
+			field.ErrorList{field.NotSupported(field.NewPath("target", "kind"), binding.Target.Kind, []string{"Node", "<empty>"})}))
+		return
+	}
+	dryRun, err := c.dryRun()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	res := c.info.res
+	key := c.key(c.info.namespace, c.info.name)
+	_, err = c.s.store.GuaranteedUpdate(c.r.Context(), key, func(cur runtime.Object) (runtime.Object, error) {
+		pod := cur.(*corev1.Pod)
+		if binding.UID != "" && binding.UID != pod.UID {
+			return nil, apierrors.NewConflict(res.groupResource(), c.info.name,
+				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", binding.UID, pod.UID))
+		}
+		if pod.DeletionTimestamp != nil {
+			return nil, apierrors.NewConflict(res.groupResource(), c.info.name, fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", pod.Name))
+		}
+		if pod.Spec.NodeName != "" {
+			return nil, apierrors.NewConflict(res.groupResource(), c.info.name, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName))
+		}
+		pod.Spec.NodeName = binding.Target.Name
+		for k, v := range binding.Annotations {
+			if pod.Annotations == nil {
+				pod.Annotations = map[string]string{}
+			}
+			pod.Annotations[k] = v
+		}
+		setPodCondition(&pod.Status, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: c.now()})
+		if dryRun {
+			return nil, errDryRun{obj: pod}
+		}
+		return pod, nil
+	}, store.UpdateOptions{})
+	var dr errDryRun
+	if err != nil && !errors.As(err, &dr) {
+		c.fail(err)
+		return
+	}
+	writeJSON(c.w, http.StatusCreated, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusSuccess, Code: http.StatusCreated})
+}
+
+// setPodCondition replaces the condition of the same type, keeping its transition time
+// when the status did not change.
+func setPodCondition(status *corev1.PodStatus, cond corev1.PodCondition) {
+	for i, existing := range status.Conditions {
+		if existing.Type == cond.Type {
+			if existing.Status == cond.Status {
+				cond.LastTransitionTime = existing.LastTransitionTime
+			}
+			status.Conditions[i] = cond
+			return
+		}
+	}
+	status.Conditions = append(status.Conditions, cond)
+}

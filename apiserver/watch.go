@@ -1,0 +1,224 @@
+package apiserver
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/miniplane/miniplane/store"
+)
+
+const (
+	// watchQueueLimit is how many frames a watcher may fall behind before it is ended;
+	// its client then resumes from its last resourceVersion out of the cache's history.
+	watchQueueLimit = 100000
+	// bookmarkInterval is how often watches that allow bookmarks get one, so clients can
+	// resume from a recent resourceVersion even when their selection is quiet.
+	bookmarkInterval = 30 * time.Second
+)
+
+// watch serves a watch from the watch cache.
+func (c *call) watch() {
+	p, err := parseListParams(c.r.URL.Query(), c.info.res)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	res := c.info.res
+	filter := &watchFilter{namespace: c.info.namespace, label: p.label, field: p.field}
+	if c.info.name != "" {
+		// The legacy single-object watch path is a watch with a name selector.
+		filter.field = fields.AndSelectors(filter.field, fields.OneTermEqualSelector("metadata.name", c.info.name))
+	}
+	start, err := c.watchStart(p)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	w, err := res.cache.watch(filter, start, watchQueueLimit)
+	if err != nil {
+		if errors.Is(err, store.ErrExpired) {
+			c.fail(apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %s (%d)", p.resourceVersion, res.cache.currentRV())))
+			return
+		}
+		c.fail(err)
+		return
+	}
+	defer res.cache.stopWatch(w)
+
+	timeout := time.Duration(p.timeoutSeconds) * time.Second
+	if timeout == 0 {
+		// Spread reconnections: each watch lasts between the minimum and twice it.
+		minT := c.s.cfg.MinRequestTimeout
+		timeout = minT + time.Duration(rand.Int64N(int64(minT)))
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var bookmarks <-chan time.Time
+	if p.allowWatchBookmarks {
+		t := time.NewTicker(bookmarkInterval)
+		defer t.Stop()
+		bookmarks = t.C
+	}
+
+	flusher, _ := c.w.(http.Flusher)
+	c.w.Header().Set("Content-Type", "application/json")
+	c.w.Header().Set("Cache-Control", "no-cache, private")
+	c.w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	bw := bufio.NewWriterSize(c.w, 64<<10)
+	counter := c.s.metrics.watchEvents.WithLabelValues(res.name)
+	send := func() bool {
+		items := w.take()
+		if len(items) == 0 {
+			return true
+		}
+		for _, it := range items {
+			if err := c.writeWatchFrame(bw, it); err != nil {
+				return false
+			}
+		}
+		counter.Add(float64(len(items)))
+		if err := bw.Flush(); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	if !send() {
+		return
+	}
+	for {
+		select {
+		case <-w.signal:
+			if !send() {
+				return
+			}
+		case <-bookmarks:
+			res.cache.bookmark(w)
+		case <-w.done:
+			send()
+			return
+		case <-timer.C:
+			send()
+			return
+		case <-c.r.Context().Done():
+			return
+		}
+	}
+}
+
+// watchStart turns the list parameters into where the watch begins, following the
+// Kubernetes semantics of resourceVersion, resourceVersionMatch and sendInitialEvents.
+func (c *call) watchStart(p *listParams) (watchStart, error) {
+	res := c.info.res
+	ctx := c.r.Context()
+	if p.sendInitialEvents != nil && *p.sendInitialEvents {
+		var errs field.ErrorList
+		if p.resourceVersionMatch != string(metav1.ResourceVersionMatchNotOlderThan) {
+			errs = append(errs, field.Forbidden(field.NewPath("resourceVersionMatch"), "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+		}
+		if !p.allowWatchBookmarks {
+			errs = append(errs, field.Forbidden(field.NewPath("allowWatchBookmarks"), "sendInitialEvents requires allowWatchBookmarks to be set"))
+		}
+		if len(errs) > 0 {
+			return watchStart{}, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("ListOptions").GroupKind(), "", errs)
+		}
+		switch p.resourceVersion {
+		case "":
+			// Consistent: the initial state holds every change committed before the call.
+			if err := res.cache.waitFresh(ctx); err != nil && !errors.Is(err, errTooLargeRV) {
+				return watchStart{}, err
+			}
+		case "0":
+		default:
+			if err := res.cache.waitForRV(ctx, rvInt(p.resourceVersion), waitForRVTimeout); err != nil {
+				return watchStart{}, tooLargeRV(err)
+			}
+		}
+		return watchStart{initialState: true, initialEventsEnd: true}, nil
+	}
+	switch p.resourceVersion {
+	case "":
+		if p.sendInitialEvents != nil { // explicitly false: start at the most recent change
+			return watchStart{}, nil
+		}
+		if err := res.cache.waitFresh(ctx); err != nil && !errors.Is(err, errTooLargeRV) {
+			return watchStart{}, err
+		}
+		return watchStart{initialState: true}, nil
+	case "0":
+		return watchStart{initialState: true}, nil
+	}
+	rv := rvInt(p.resourceVersion)
+	if err := res.cache.waitForRV(ctx, rv, waitForRVTimeout); err != nil {
+		return watchStart{}, tooLargeRV(err)
+	}
+	return watchStart{fromRV: rv}, nil
+}
+
+// initialEventsEndAnnotation marks the bookmark that ends the initial state of a watch
+// with sendInitialEvents (metav1.InitialEventsAnnotationKey).
+const initialEventsEndAnnotation = "k8s.io/initial-events-end"
+
+func (c *call) writeWatchFrame(bw *bufio.Writer, it watchItem) error {
+	var objJSON []byte
+	var err error
+	if it.typ == watch.Bookmark {
+		objJSON, err = c.bookmarkObject(it)
+	} else {
+		switch c.out.kind {
+		case outputTable:
+			objJSON, err = json.Marshal(c.s.toTable(c.info.res, []runtime.Object{it.obj.obj}, c.out, c.r.URL.Query().Get("includeObject"), metav1.ListMeta{ResourceVersion: strconv.FormatInt(it.obj.rv, 10)}))
+		case outputMetadata:
+			objJSON, err = json.Marshal(partialMetadata(it.obj.obj))
+		default:
+			objJSON = it.obj.json
+		}
+	}
+	if err != nil {
+		return err
+	}
+	bw.WriteString(`{"type":"`)
+	bw.WriteString(string(it.typ))
+	bw.WriteString(`","object":`)
+	bw.Write(objJSON)
+	_, err = bw.WriteString("}\n")
+	return err
+}
+
+// bookmarkObject is an object of the watched kind that carries only a resourceVersion
+// (and, at the end of initial events, the annotation saying so).
+func (c *call) bookmarkObject(it watchItem) ([]byte, error) {
+	kind, apiVersion := c.info.res.kind, c.info.res.apiVersion()
+	switch c.out.kind {
+	case outputTable:
+		kind, apiVersion = "Table", "meta.k8s.io/"+c.out.tableVersion
+	case outputMetadata:
+		kind, apiVersion = "PartialObjectMetadata", "meta.k8s.io/v1"
+	}
+	om := metav1.ObjectMeta{ResourceVersion: strconv.FormatInt(it.rv, 10)}
+	if it.initialEventsEnd {
+		om.Annotations = map[string]string{initialEventsEndAnnotation: "true"}
+	}
+	if c.out.kind == outputTable {
+		return json.Marshal(&metav1.Table{TypeMeta: metav1.TypeMeta{Kind: kind, APIVersion: apiVersion}, ListMeta: metav1.ListMeta{ResourceVersion: om.ResourceVersion}})
+	}
+	return json.Marshal(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: kind, APIVersion: apiVersion}, ObjectMeta: om})
+}

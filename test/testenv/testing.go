@@ -1,0 +1,38 @@
+package testenv
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+)
+
+// New starts a control plane for a test in its own temporary directory and on a free
+// loopback port, and stops it when the test ends. Logs are discarded unless the test runs
+// with -v.
+func New(t testing.TB, cfg Config) *Env {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	cfg.UnsafeNoFsync = true
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if testing.Verbose() {
+			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+	}
+	env, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(env.Stop)
+	return env
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
