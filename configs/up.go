@@ -44,6 +44,9 @@ func (c *Up) Resolve() {
 	if c.APIServer.TokenFile == "" {
 		c.APIServer.TokenFile = filepath.Join(c.DataDir, "tokens.csv")
 	}
+	if c.KubeletStub.NodeName == "" {
+		c.KubeletStub.Nodes = c.Nodes
+	}
 }
 
 // EtcdDir is where the embedded member keeps its data.
@@ -69,8 +72,10 @@ func (c Up) Validate() error {
 	if err := c.Scheduler.Validate(); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	if err := c.KubeletStub.Validate(); err != nil {
-		return fmt.Errorf("kubeletstub: %w", err)
+	if c.Nodes > 0 || c.KubeletStub.NodeName != "" {
+		if err := c.KubeletStub.Validate(); err != nil {
+			return fmt.Errorf("kubeletstub: %w", err)
+		}
 	}
 	return nil
 }

@@ -31,12 +31,15 @@ every object. The admin kubeconfig is written to DIR/kubeconfig.`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			apiCfg := cfg.APIServer
+			apiCfg, cm, sched, stub := cfg.APIServer, cfg.ControllerManager, cfg.Scheduler, cfg.KubeletStub
 			env, err := testenv.Start(cmd.Context(), testenv.Config{
-				DataDir:   cfg.DataDir,
-				Listen:    cfg.Listen,
-				APIServer: &apiCfg,
-				Logger:    slog.Default(),
+				DataDir:           cfg.DataDir,
+				Listen:            cfg.Listen,
+				APIServer:         &apiCfg,
+				ControllerManager: &cm,
+				Scheduler:         &sched,
+				KubeletStub:       &stub,
+				Logger:            slog.Default(),
 			})
 			if err != nil {
 				return err

@@ -20,6 +20,9 @@ import (
 	"github.com/miniplane/miniplane/apiserver/auth"
 	"github.com/miniplane/miniplane/apiserver/pki"
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/manager"
+	"github.com/miniplane/miniplane/controllers/scheduler"
+	"github.com/miniplane/miniplane/kubeletstub"
 	"github.com/miniplane/miniplane/store"
 )
 
@@ -44,6 +47,15 @@ type Config struct {
 	APIServer *configs.APIServer
 	// UnsafeNoFsync makes etcd skip fsync: for tests only.
 	UnsafeNoFsync bool
+	// ControllerManager, when set, runs the controller-manager in-process with this
+	// configuration (its kubeconfig and health listener are ignored: it gets a token and
+	// no listener of its own).
+	ControllerManager *configs.ControllerManager
+	// Scheduler, when set, runs the scheduler in-process likewise.
+	Scheduler *configs.Scheduler
+	// KubeletStub, when set and KubeletStub.Nodes > 0 (or NodeName set), runs a fleet of stub
+	// nodes in-process with one fleet credential.
+	KubeletStub *configs.KubeletStub
 	// Logger receives every component's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -64,6 +76,8 @@ type Env struct {
 	DataDir string
 	// APIServer is the running server.
 	APIServer *apiserver.Server
+	// Fleet is the in-process stub nodes, if any.
+	Fleet *kubeletstub.Fleet
 
 	tokens map[string]string // user name → token
 	cancel context.CancelFunc
@@ -97,7 +111,11 @@ func Start(ctx context.Context, cfg Config) (env *Env, err error) {
 	}()
 
 	tokenFile := filepath.Join(cfg.DataDir, "tokens.csv")
-	if env.tokens, err = EnsureTokens(tokenFile, defaultIdentities()); err != nil {
+	identities := defaultIdentities()
+	if cfg.KubeletStub != nil {
+		identities = append(identities, StubIdentity(*cfg.KubeletStub))
+	}
+	if env.tokens, err = EnsureTokens(tokenFile, identities); err != nil {
 		return nil, err
 	}
 
@@ -151,7 +169,73 @@ func Start(ctx context.Context, cfg Config) (env *Env, err error) {
 	if err := pki.WriteKubeconfig(env.KubeconfigPath, env.URL, env.CAPEM, AdminUser, env.tokens[AdminUser]); err != nil {
 		return nil, err
 	}
+	if err := env.startComponents(ctx, cfg, log); err != nil {
+		return nil, err
+	}
 	return env, nil
+}
+
+// startComponents runs the configured controller-manager, scheduler and stub fleet, each
+// as an API client with its own identity, and waits until the stub nodes have registered.
+func (e *Env) startComponents(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if cfg.ControllerManager != nil {
+		cm := *cfg.ControllerManager
+		cm.HealthListen = ""
+		cm.LeaderElection.LeaderElect = false
+		e.goRun("controller-manager", log, func() error {
+			return manager.Run(ctx, cm, e.ConfigFor(ControllerManagerUser), manager.Options{Logger: log})
+		})
+	}
+	if cfg.Scheduler != nil {
+		sc := *cfg.Scheduler
+		sc.HealthListen = ""
+		sc.LeaderElection.LeaderElect = false
+		e.goRun("scheduler", log, func() error {
+			return scheduler.Run(ctx, sc, e.ConfigFor(SchedulerUser), scheduler.Options{Logger: log})
+		})
+	}
+	if cfg.KubeletStub != nil && len(cfg.KubeletStub.NodeNames()) > 0 {
+		stub := *cfg.KubeletStub
+		stub.HealthListen = ""
+		fleet, err := kubeletstub.New(stub, e.ConfigFor(StubIdentity(stub).Name), kubeletstub.Options{Logger: log})
+		if err != nil {
+			return err
+		}
+		e.Fleet = fleet
+		e.goRun("kubeletstub", log, func() error { return fleet.Run(ctx) })
+		deadline := time.Now().Add(waitTimeout)
+		for !fleet.Ready() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("stub nodes did not register within %s", waitTimeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// goRun runs a component until the environment stops, logging how it ended.
+func (e *Env) goRun(name string, log *slog.Logger, run func() error) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		if err := run(); err != nil {
+			log.Error("component stopped", "component", name, "err", err)
+		}
+	}()
+}
+
+// StubIdentity is the one credential a fleet of stub nodes shares: a node identity that
+// may act as every node of the fleet (or, for a single node, as that node).
+func StubIdentity(cfg configs.KubeletStub) auth.User {
+	if cfg.NodeName != "" {
+		return auth.User{Name: auth.NodeUserPrefix + cfg.NodeName, UID: "node-" + cfg.NodeName, Groups: []string{auth.NodesGroup}}
+	}
+	return auth.User{Name: auth.FleetUserPrefix + cfg.NodePrefix, UID: "fleet-" + cfg.NodePrefix, Groups: []string{auth.NodesGroup}}
 }
 
 // clientAddress turns a listen address into one a client can dial: a wildcard host
@@ -242,3 +326,11 @@ func EnsureTokens(path string, users []auth.User) (map[string]string, error) {
 
 // waitTimeout is how long helpers wait for components to become ready.
 const waitTimeout = 2 * time.Minute
+
+// Everything returns a configuration that runs every component at its defaults with a
+// fleet of nodes stub nodes named stub-node-0 … stub-node-(nodes-1).
+func Everything(nodes int) Config {
+	cm, sched, stub := configs.DefaultControllerManager(), configs.DefaultScheduler(), configs.DefaultKubeletStub()
+	stub.Nodes = nodes
+	return Config{ControllerManager: &cm, Scheduler: &sched, KubeletStub: &stub}
+}

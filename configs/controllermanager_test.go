@@ -1,0 +1,126 @@
+package configs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestControllerManagerLoad(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cm.yaml")
+	if err := os.WriteFile(file, []byte(`
+controllers: ["*", "-nodelifecycle"]
+leader-election:
+  lease-duration: 20s
+nodelifecycle:
+  node-monitor-grace-period: 1m
+garbagecollector:
+  workers: 3
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MINIPLANE_KUBE_API_QPS", "50")
+	flags := pflag.NewFlagSet("cm", pflag.ContinueOnError)
+	flags.Bool("leader-elect", false, "")
+	flags.Duration("node-monitor-grace-period", 0, "")
+	flags.StringToString("feature-gates", nil, "")
+	if err := flags.Parse([]string{"--leader-elect", "--node-monitor-grace-period=30s", "--feature-gates=ScheduleDaemonSetPods=false"}); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for k, v := range LeaderElectionFlagKeys {
+		keys[k] = v
+	}
+	for k, v := range NodeLifecycleFlagKeys {
+		keys[k] = v
+	}
+	cfg := DefaultControllerManager()
+	if err := Load(&cfg, file, flags, keys); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"leader-elect from flag", cfg.LeaderElection.LeaderElect},
+		{"lease duration from file", cfg.LeaderElection.LeaseDuration == 20*time.Second},
+		{"renew deadline default", cfg.LeaderElection.RenewDeadline == 10*time.Second},
+		{"flag beats file", cfg.NodeLifecycle.GracePeriod == 30*time.Second},
+		{"env qps", cfg.KubeAPIQPS == 50},
+		{"gc workers from file", cfg.GarbageCollector.Workers == 3},
+		{"feature gate off", !cfg.FeatureEnabled(FeatureScheduleDaemonSetPods)},
+		{"daemonset selected by *", cfg.ControllerEnabled(ControllerDaemonSet)},
+		{"nodelifecycle dropped", !cfg.ControllerEnabled(ControllerNodeLifecycle)},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: got %+v", c.name, cfg)
+		}
+	}
+}
+
+func TestControllerManagerValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*ControllerManager)
+		ok     bool
+	}{
+		{name: "defaults", mutate: func(*ControllerManager) {}, ok: true},
+		{name: "unknown controller", mutate: func(c *ControllerManager) { c.Controllers = []string{"replicaset"} }},
+		{name: "lease shorter than renew deadline", mutate: func(c *ControllerManager) { c.LeaderElection.LeaseDuration = 5 * time.Second }},
+		{name: "grace not above monitor period", mutate: func(c *ControllerManager) { c.NodeLifecycle.GracePeriod = c.NodeLifecycle.MonitorPeriod }},
+		{name: "bad health address", mutate: func(c *ControllerManager) { c.HealthListen = "10257" }},
+		{name: "health disabled", mutate: func(c *ControllerManager) { c.HealthListen = "" }, ok: true},
+		{name: "unknown gate", mutate: func(c *ControllerManager) { c.FeatureGates = map[string]bool{"Nope": true} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultControllerManager()
+			tt.mutate(&c)
+			if err := c.Validate(); (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestControllerEnabled(t *testing.T) {
+	tests := []struct {
+		list []string
+		name string
+		want bool
+	}{
+		{[]string{"daemonset"}, "daemonset", true},
+		{[]string{"daemonset"}, "nodelifecycle", false},
+		{[]string{"*"}, "nodelifecycle", true},
+		{[]string{"*", "-garbagecollector"}, "garbagecollector", false},
+		{[]string{"garbagecollector", "-garbagecollector"}, "garbagecollector", false},
+		{nil, "daemonset", false},
+	}
+	for _, tt := range tests {
+		c := ControllerManager{Controllers: tt.list}
+		if got := c.ControllerEnabled(tt.name); got != tt.want {
+			t.Errorf("%v: ControllerEnabled(%s) = %v, want %v", tt.list, tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestSchedulerValidate(t *testing.T) {
+	if err := DefaultScheduler().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	c := DefaultScheduler()
+	c.PodMaxBackoff = c.PodInitialBackoff / 2
+	if c.Validate() == nil {
+		t.Fatal("max backoff below initial accepted")
+	}
+	if DefaultScheduler().LeaderElection.ResourceName != "kube-scheduler" {
+		t.Fatal("scheduler lease name")
+	}
+}

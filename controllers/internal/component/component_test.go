@@ -1,0 +1,151 @@
+package component
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestHealthEndpoints(t *testing.T) {
+	h := NewHealth()
+	ready := atomic.Bool{}
+	h.AddLiveness(Check{Name: "ping", Check: func(*http.Request) error { return nil }})
+	h.AddReadiness(Check{Name: "synced", Check: func(*http.Request) error {
+		if !ready.Load() {
+			return errors.New("not yet")
+		}
+		return nil
+	}})
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "term_counter_total", Help: "h"})
+	h.NewTermRegistry().MustRegister(c)
+	c.Inc()
+	srv := httptest.NewServer(h.Handler())
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	tests := []struct {
+		path     string
+		ready    bool
+		code     int
+		contains string
+	}{
+		{"/healthz", false, 200, "ok"},
+		{"/readyz", false, 500, "[-]synced failed: not yet"},
+		{"/readyz", true, 200, "ok"},
+		{"/readyz?verbose", true, 200, "[+]ping ok\n[+]synced ok\nok"},
+		{"/metrics", true, 200, "term_counter_total 1"},
+		{"/metrics", true, 200, "go_goroutines"},
+	}
+	for _, tt := range tests {
+		ready.Store(tt.ready)
+		code, body := get(tt.path)
+		if code != tt.code || !strings.Contains(body, tt.contains) {
+			t.Errorf("GET %s (ready=%v) = %d %q, want %d containing %q", tt.path, tt.ready, code, body, tt.code, tt.contains)
+		}
+	}
+	// A new term replaces the previous term's metrics.
+	h.NewTermRegistry()
+	if _, body := get("/metrics"); strings.Contains(body, "term_counter_total") {
+		t.Error("previous term's metrics still served")
+	}
+}
+
+// Two candidates: one leads at a time, and the lease is released only after the leader's
+// work has returned, so the successor never overlaps it.
+func TestRunElectedHandsOverWithoutOverlap(t *testing.T) {
+	client := fake.NewClientset()
+	var leading atomic.Int32
+	var overlap atomic.Bool
+	release := make(chan struct{}) // holds the first leader's shutdown until the test says so
+	var releaseOnce sync.Once
+	started := make(chan string, 4)
+	type candidate struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	start := func(identity string) candidate {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			err := RunElected(ctx, Election{
+				Client: client, Namespace: "kube-system", Name: "test", Identity: identity,
+				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
+				Logger: slog.New(slog.DiscardHandler),
+			}, func(ctx context.Context) {
+				if leading.Add(1) > 1 {
+					overlap.Store(true)
+				}
+				started <- identity
+				<-ctx.Done()
+				<-release
+				leading.Add(-1)
+			})
+			if err != nil {
+				t.Errorf("%s: %v", identity, err)
+			}
+		}()
+		return candidate{cancel: cancel, done: done}
+	}
+	candidates := map[string]candidate{"a": start("a"), "b": start("b")}
+	defer func() {
+		releaseOnce.Do(func() { close(release) })
+		for _, c := range candidates {
+			c.cancel()
+			<-c.done
+		}
+	}()
+	var first string
+	select {
+	case first = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nobody acquired the lease")
+	}
+	second := "a"
+	if first == "a" {
+		second = "b"
+	}
+	candidates[first].cancel()
+	// The first leader is still shutting down: the lease must not be released yet.
+	select {
+	case who := <-started:
+		t.Fatalf("%s started leading while %s was still stopping", who, first)
+	case <-time.After(500 * time.Millisecond):
+	}
+	releaseOnce.Do(func() { close(release) })
+	select {
+	case who := <-started:
+		if who != second {
+			t.Fatalf("%s leads, want %s", who, second)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the released lease was not taken over promptly")
+	}
+	if overlap.Load() {
+		t.Fatal("two candidates led at once")
+	}
+	l, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), "test", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != second {
+		t.Fatalf("lease = %+v, %v", l, err)
+	}
+}

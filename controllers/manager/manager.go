@@ -1,0 +1,241 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/daemonset"
+	"github.com/miniplane/miniplane/controllers/garbagecollector"
+	"github.com/miniplane/miniplane/controllers/nodelifecycle"
+	"github.com/miniplane/miniplane/controllers/internal/component"
+)
+
+// User agents of the manager's clients, as kube-controller-manager names its controllers.
+const (
+	userAgentInformers      = "shared-informers"
+	userAgentDaemonSet      = "daemon-set-controller"
+	userAgentLeaderElection = "leader-election"
+)
+
+// Options carries what a caller of Run injects; all fields are optional.
+type Options struct {
+	// Clock drives every controller's timing; default the real clock. Leader election always
+	// uses the real clock (client-go has no injection point).
+	Clock clock.WithTicker
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Identity is the leader-election candidate name; default hostname_<uuid>.
+	Identity string
+	// HealthBound, when set, receives the health endpoint's address once it listens (useful
+	// with port 0).
+	HealthBound func(net.Addr)
+}
+
+// controller is a started controller's run loop.
+type controller struct {
+	name string
+	run  func(context.Context)
+}
+
+// Run is `miniplane controller-manager`. It serves /healthz, /readyz and /metrics on
+// cfg.HealthListen and runs the controllers cfg selects — while it holds the lease when
+// cfg.LeaderElection.LeaderElect is on — until ctx is cancelled. Every leadership term
+// starts from a fresh informer factory, so a replica that regains the lease acts on a fresh
+// view, never on its standby-era cache.
+func Run(ctx context.Context, cfg configs.ControllerManager, restConfig *rest.Config, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("controller-manager: %w", err)
+	}
+	if restConfig == nil {
+		return errors.New("controller-manager: nil rest config")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("component", "controller-manager")
+
+	health := component.NewHealth()
+	var synced atomic.Bool // the current term's informers have synced
+	var leading atomic.Bool
+	// Without election this instance leads from the start: not ready until it has synced.
+	leading.Store(!cfg.LeaderElection.LeaderElect)
+	health.AddReadiness(component.Check{Name: "controllers", Check: func(*http.Request) error {
+		if leading.Load() && !synced.Load() {
+			return errors.New("controllers are starting")
+		}
+		return nil
+	}})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var serveErr error
+	var serveWG sync.WaitGroup
+	if cfg.HealthListen != "" {
+		serveWG.Go(func() {
+			if err := health.Serve(ctx, cfg.HealthListen, logger, opts.HealthBound); err != nil {
+				serveErr = err
+				cancel()
+			}
+		})
+	}
+
+	var leadErr error
+	lead := func(ctx context.Context) {
+		leading.Store(true)
+		defer leading.Store(false)
+		defer synced.Store(false)
+		if err := runControllers(ctx, cfg, restConfig, opts, logger, health.NewTermRegistry(), &synced); err != nil {
+			// A configuration or client error: retrying would fail the same way.
+			leadErr = err
+			cancel()
+		}
+	}
+	if !cfg.LeaderElection.LeaderElect {
+		lead(ctx)
+	} else {
+		le := cfg.LeaderElection
+		leClient, err := component.NewClient(restConfig, userAgentLeaderElection, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+		if err != nil {
+			return err
+		}
+		if err := component.RunElected(ctx, component.Election{
+			Client:        leClient,
+			Namespace:     le.ResourceNamespace,
+			Name:          le.ResourceName,
+			Identity:      opts.Identity,
+			LeaseDuration: le.LeaseDuration,
+			RenewDeadline: le.RenewDeadline,
+			RetryPeriod:   le.RetryPeriod,
+			Health:        health,
+			Logger:        logger,
+		}, lead); err != nil {
+			return err
+		}
+	}
+	cancel()
+	serveWG.Wait()
+	return errors.Join(leadErr, serveErr)
+}
+
+// runControllers builds the selected controllers on a fresh informer factory, starts them
+// and returns when ctx is cancelled and they have stopped.
+func runControllers(ctx context.Context, cfg configs.ControllerManager, restConfig *rest.Config, opts Options,
+	logger *slog.Logger, reg prometheus.Registerer, synced *atomic.Bool) error {
+	newClient := func(userAgent string) (kubernetes.Interface, error) {
+		return component.NewClient(restConfig, userAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+	}
+	informerClient, err := newClient(userAgentInformers)
+	if err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactory(informerClient, 0)
+	defer factory.Shutdown()
+
+	var controllers []controller
+	for _, name := range configs.KnownControllers {
+		if !cfg.ControllerEnabled(name) {
+			continue
+		}
+		c, err := newController(name, cfg, factory, newClient, opts, logger.With("controller", name), reg)
+		if err != nil {
+			return fmt.Errorf("controller %s: %w", name, err)
+		}
+		controllers = append(controllers, c)
+	}
+	factory.Start(ctx.Done())
+	var wg sync.WaitGroup
+	for _, c := range controllers {
+		logger.Info("starting controller", "controller", c.name)
+		wg.Go(func() { c.run(ctx) })
+	}
+	wg.Go(func() {
+		for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return
+			}
+		}
+		synced.Store(true)
+	})
+	wg.Wait()
+	return nil
+}
+
+// newController builds one controller by name.
+func newController(name string, cfg configs.ControllerManager, factory informers.SharedInformerFactory,
+	newClient func(string) (kubernetes.Interface, error), opts Options, logger *slog.Logger, reg prometheus.Registerer) (controller, error) {
+	switch name {
+	case configs.ControllerDaemonSet:
+		client, err := newClient(userAgentDaemonSet)
+		if err != nil {
+			return controller{}, err
+		}
+		c, err := daemonset.NewController(daemonset.Options{
+			Client:                client,
+			Informers:             factory,
+			Config:                cfg.DaemonSet,
+			ScheduleDaemonSetPods: cfg.FeatureEnabled(configs.FeatureScheduleDaemonSetPods),
+			Clock:                 opts.Clock,
+			Logger:                logger,
+		})
+		if err != nil {
+			return controller{}, err
+		}
+		return controller{name: name, run: c.Run}, nil
+	case configs.ControllerGarbageCollector:
+		client, err := newClient(garbagecollector.UserAgent)
+		if err != nil {
+			return controller{}, err
+		}
+		gc, err := garbagecollector.New(garbagecollector.Config{
+			Client:     client,
+			Informers:  factory,
+			Workers:    cfg.GarbageCollector.Workers,
+			Clock:      opts.Clock,
+			Logger:     logger,
+			Registerer: reg,
+		})
+		if err != nil {
+			return controller{}, err
+		}
+		return controller{name: name, run: func(ctx context.Context) { _ = gc.Run(ctx) }}, nil
+	case configs.ControllerNodeLifecycle:
+		client, err := newClient(nodelifecycle.UserAgent)
+		if err != nil {
+			return controller{}, err
+		}
+		nl := cfg.NodeLifecycle
+		c, err := nodelifecycle.New(nodelifecycle.Config{
+			Client:             client,
+			Informers:          factory,
+			MonitorPeriod:      nl.MonitorPeriod,
+			GracePeriod:        nl.GracePeriod,
+			StartupGracePeriod: nl.StartupGracePeriod,
+			Workers:            nl.Workers,
+			Clock:              opts.Clock,
+			Logger:             logger,
+			Registerer:         reg,
+		})
+		if err != nil {
+			return controller{}, err
+		}
+		return controller{name: name, run: func(ctx context.Context) { _ = c.Run(ctx) }}, nil
+	}
+	return controller{}, fmt.Errorf("unknown controller %q", name)
+}

@@ -1,0 +1,81 @@
+package manager
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/miniplane/miniplane/configs"
+)
+
+func TestRunRejectsBadConfiguration(t *testing.T) {
+	bad := configs.DefaultControllerManager()
+	bad.Controllers = []string{"replicaset"}
+	tests := []struct {
+		name string
+		cfg  configs.ControllerManager
+		rc   *rest.Config
+	}{
+		{name: "unknown controller", cfg: bad, rc: &rest.Config{Host: "http://127.0.0.1:1"}},
+		{name: "no rest config", cfg: configs.DefaultControllerManager()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := Run(context.Background(), tt.cfg, tt.rc, Options{Logger: slog.New(slog.DiscardHandler)}); err == nil {
+				t.Fatal("Run accepted a bad configuration")
+			}
+		})
+	}
+}
+
+// Against an API server that never answers, the manager is alive but not ready, and it
+// stops when its context is cancelled.
+func TestHealthWhileInformersCannotSync(t *testing.T) {
+	cfg := configs.DefaultControllerManager()
+	cfg.HealthListen = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, &rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second}, Options{
+			Logger:      slog.New(slog.DiscardHandler),
+			HealthBound: func(a net.Addr) { addr <- a.String() },
+		})
+	}()
+	base := "http://" + <-addr
+	status := func(path string) int {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	if code := status("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d", code)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for status("/readyz") != http.StatusInternalServerError {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz is not failing while the controllers cannot sync")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
+}

@@ -1,0 +1,404 @@
+package nodelifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+)
+
+// UserAgent identifies the controller's API requests.
+const UserAgent = "node-lifecycle-controller"
+
+// Event sources, as kube-controller-manager names them.
+const (
+	nodeComponent     = "node-controller"
+	evictionComponent = "taint-eviction-controller"
+)
+
+// NodeLeaseNamespace holds the kubelets' heartbeat Leases, one per node, named after it.
+const NodeLeaseNamespace = corev1.NamespaceNodeLease
+
+// podNodeNameIndex indexes pods by spec.nodeName (qualified: the pod informer is shared).
+const podNodeNameIndex = "miniplane.io/nodelifecycle-node-name"
+
+// Config configures New. Client and Informers are required.
+type Config struct {
+	// Client updates node status and taints and deletes evicted pods.
+	Client kubernetes.Interface
+	// Informers provides node, lease and pod informers; the caller starts it after New.
+	Informers informers.SharedInformerFactory
+	// MonitorPeriod is how often all nodes are checked; default 5s.
+	MonitorPeriod time.Duration
+	// GracePeriod is how long heartbeats may stop before a node is Unknown; default 40s.
+	GracePeriod time.Duration
+	// StartupGracePeriod replaces GracePeriod for a node that never posted Ready; default 1m.
+	StartupGracePeriod time.Duration
+	// Workers is the number of concurrent node syncs and of concurrent pod evictions each;
+	// default 4.
+	Workers int
+	// Clock; default the real clock.
+	Clock clock.WithTicker
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Recorder emits node and eviction events; default: a recorder posting through Client.
+	Recorder record.EventRecorder
+	// Registerer, when set, receives the controller's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Controller is the node lifecycle controller. Create it with New and start it with Run.
+type Controller struct {
+	client             kubernetes.Interface
+	nodeLister         corelisters.NodeLister
+	leaseLister        coordinationlisters.LeaseLister
+	podLister          corelisters.PodLister
+	podIndexer         cache.Indexer
+	synced             []cache.InformerSynced
+	monitorPeriod      time.Duration
+	gracePeriod        time.Duration
+	startupGracePeriod time.Duration
+	workers            int
+	clock              clock.WithTicker
+	logger             *slog.Logger
+	nodeRecorder       record.EventRecorder
+	evictionRecorder   record.EventRecorder
+	broadcaster        record.EventBroadcaster
+
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	podQueue  workqueue.TypedRateLimitingInterface[string]
+
+	healthMu sync.Mutex
+	health   map[string]*nodeHealth
+
+	evictMu sync.Mutex
+	// evictionStart is when a pod was first seen tolerating its node's NoExecute taints for
+	// a limited time; its deletion is due tolerationSeconds after that.
+	evictionStart map[string]evictionClock
+
+	evictions   prometheus.Counter
+	transitions prometheus.Counter
+}
+
+type evictionClock struct {
+	uid   types.UID
+	start time.Time
+}
+
+// New validates cfg, fills defaults and registers handlers. Call it before the informer
+// factory is started.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Informers == nil {
+		return nil, errors.New("nodelifecycle: Client and Informers are required")
+	}
+	if cfg.MonitorPeriod <= 0 {
+		cfg.MonitorPeriod = 5 * time.Second
+	}
+	if cfg.GracePeriod <= 0 {
+		cfg.GracePeriod = 40 * time.Second
+	}
+	if cfg.StartupGracePeriod <= 0 {
+		cfg.StartupGracePeriod = time.Minute
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Controller{
+		client:             cfg.Client,
+		monitorPeriod:      cfg.MonitorPeriod,
+		gracePeriod:        cfg.GracePeriod,
+		startupGracePeriod: cfg.StartupGracePeriod,
+		workers:            cfg.Workers,
+		clock:              cfg.Clock,
+		logger:             cfg.Logger,
+		health:             map[string]*nodeHealth{},
+		evictionStart:      map[string]evictionClock{},
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: cfg.Clock}),
+		podQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: cfg.Clock}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "node_lifecycle_taint_evictions_total",
+			Help: "Pods deleted because they do not tolerate a NoExecute taint of their node.",
+		}),
+		transitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "node_lifecycle_unknown_transitions_total",
+			Help: "Times a node was marked Ready=Unknown after its heartbeats stopped.",
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, col := range []prometheus.Collector{c.evictions, c.transitions} {
+			if err := cfg.Registerer.Register(col); err != nil {
+				return nil, fmt.Errorf("nodelifecycle: metrics: %w", err)
+			}
+		}
+	}
+	if cfg.Recorder != nil {
+		c.nodeRecorder, c.evictionRecorder = cfg.Recorder, cfg.Recorder
+	} else {
+		c.broadcaster = record.NewBroadcaster()
+		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+		c.nodeRecorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: nodeComponent})
+		c.evictionRecorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: evictionComponent})
+	}
+
+	nodeInformer := cfg.Informers.Core().V1().Nodes()
+	leaseInformer := cfg.Informers.Coordination().V1().Leases()
+	podInformer := cfg.Informers.Core().V1().Pods()
+	c.nodeLister = nodeInformer.Lister()
+	c.leaseLister = leaseInformer.Lister()
+	c.podLister = podInformer.Lister()
+	if _, exists := podInformer.Informer().GetIndexer().GetIndexers()[podNodeNameIndex]; !exists {
+		if err := podInformer.Informer().AddIndexers(cache.Indexers{podNodeNameIndex: indexPodByNodeName}); err != nil {
+			return nil, fmt.Errorf("nodelifecycle: pod index: %w", err)
+		}
+	}
+	c.podIndexer = podInformer.Informer().GetIndexer()
+
+	regs := make([]cache.ResourceEventHandlerRegistration, 0, 3)
+	reg, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNode(nil, obj) },
+		UpdateFunc: c.onNode,
+		DeleteFunc: c.onNodeDelete,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodelifecycle: node handler: %w", err)
+	}
+	regs = append(regs, reg)
+	reg, err = leaseInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onLease,
+		UpdateFunc: func(_, obj any) { c.onLease(obj) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodelifecycle: lease handler: %w", err)
+	}
+	regs = append(regs, reg)
+	reg, err = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onPod,
+		UpdateFunc: func(_, obj any) { c.onPod(obj) },
+		DeleteFunc: c.onPodDelete,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodelifecycle: pod handler: %w", err)
+	}
+	regs = append(regs, reg)
+	for _, r := range regs {
+		c.synced = append(c.synced, r.HasSynced)
+	}
+	return c, nil
+}
+
+func indexPodByNodeName(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return nil, nil
+	}
+	return []string{pod.Spec.NodeName}, nil
+}
+
+// Run waits for the caches, then monitors nodes and evicts pods until ctx is cancelled.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.nodeQueue.ShutDown()
+	defer c.podQueue.ShutDown()
+	if c.broadcaster != nil {
+		defer c.broadcaster.Shutdown()
+	}
+	c.logger.Info("starting node lifecycle controller", "gracePeriod", c.gracePeriod, "monitorPeriod", c.monitorPeriod)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return ctx.Err()
+	}
+	var wg sync.WaitGroup
+	for range c.workers {
+		wg.Go(func() {
+			for c.processNext(ctx, c.nodeQueue, c.syncNode) {
+			}
+		})
+		wg.Go(func() {
+			for c.processNext(ctx, c.podQueue, c.syncPod) {
+			}
+		})
+	}
+	wg.Go(func() { c.monitorLoop(ctx) })
+	<-ctx.Done()
+	c.nodeQueue.ShutDown()
+	c.podQueue.ShutDown()
+	wg.Wait()
+	c.logger.Info("stopped node lifecycle controller")
+	return nil
+}
+
+// monitorLoop checks every node each monitor period: a node that went silent produces no
+// event, so only the clock can notice it.
+func (c *Controller) monitorLoop(ctx context.Context) {
+	t := c.clock.NewTicker(c.monitorPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			c.enqueueAllNodes()
+		}
+	}
+}
+
+func (c *Controller) enqueueAllNodes() {
+	nodes, err := c.nodeLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		c.nodeQueue.Add(n.Name)
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) bool {
+	key, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(key)
+	if err := sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			c.logger.Debug("sync failed; retrying", "key", key, "err", err)
+			q.AddRateLimited(key)
+		}
+		return true
+	}
+	q.Forget(key)
+	return true
+}
+
+func (c *Controller) onNode(oldObj, newObj any) {
+	node, ok := newObj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	c.observe(node, c.lease(node.Name))
+	c.nodeQueue.Add(node.Name)
+	var oldTaints []corev1.Taint
+	if old, ok := oldObj.(*corev1.Node); ok {
+		oldTaints = old.Spec.Taints
+	}
+	if !apiequality.Semantic.DeepEqual(noExecuteTaints(oldTaints), noExecuteTaints(node.Spec.Taints)) {
+		c.enqueuePodsOn(node.Name)
+	}
+}
+
+func (c *Controller) onNodeDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if node, ok := obj.(*corev1.Node); ok {
+		c.forgetNode(node.Name)
+	}
+}
+
+func (c *Controller) onLease(obj any) {
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok || lease.Namespace != NodeLeaseNamespace {
+		return
+	}
+	node, err := c.nodeLister.Get(lease.Name)
+	if err != nil {
+		return
+	}
+	c.observe(node, lease)
+	c.nodeQueue.Add(node.Name)
+}
+
+func (c *Controller) lease(nodeName string) *coordinationv1.Lease {
+	l, err := c.leaseLister.Leases(NodeLeaseNamespace).Get(nodeName)
+	if err != nil {
+		return nil
+	}
+	return l
+}
+
+// syncNode brings one node's conditions and taints in line with its heartbeats.
+func (c *Controller) syncNode(ctx context.Context, name string) error {
+	node, err := c.nodeLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forgetNode(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	h := c.observe(node, c.lease(name))
+	grace := c.gracePeriod
+	if !h.hasReady {
+		grace = c.startupGracePeriod
+	}
+	now := c.clock.Now()
+	if now.After(h.probeTime.Add(grace)) {
+		updated := node.DeepCopy()
+		if markUnknown(updated, metav1.NewTime(now)) {
+			c.logger.Info("node stopped posting status", "node", name, "lastHeartbeat", h.probeTime, "gracePeriod", grace)
+			node, err = c.client.CoreV1().Nodes().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("marking node %s unknown: %w", name, err)
+			}
+			c.transitions.Inc()
+			c.nodeRecorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: name, UID: node.UID},
+				corev1.EventTypeNormal, "NodeNotReady", "Node %s status is now: NodeNotReady", name)
+		}
+	}
+	return c.syncTaints(ctx, node)
+}
+
+// syncTaints writes the managed taints node's conditions call for, retrying on conflict
+// with a fresh read.
+func (c *Controller) syncTaints(ctx context.Context, node *corev1.Node) error {
+	for attempt := 0; ; attempt++ {
+		taints, changed := reconcileTaints(node.Spec.Taints, desiredTaints(node), metav1.NewTime(c.clock.Now()))
+		if !changed {
+			return nil
+		}
+		updated := node.DeepCopy()
+		updated.Spec.Taints = taints
+		_, err := c.client.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			c.logger.Debug("updated node taints", "node", node.Name, "taints", len(taints))
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsConflict(err) || attempt >= 4:
+			return fmt.Errorf("updating taints of node %s: %w", node.Name, err)
+		}
+		if node, err = c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+	}
+}

@@ -1,0 +1,452 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/placement"
+)
+
+// Component is the event source name, as kube-scheduler's default profile reports itself.
+const Component = "default-scheduler"
+
+// Config configures New: the scheduler itself (Run builds it from configs.Scheduler).
+// Client and Informers are required; the rest have defaults.
+type Config struct {
+	// Client binds pods and updates their status.
+	Client kubernetes.Interface
+	// Informers provides the pod and node informers; the caller starts it.
+	Informers informers.SharedInformerFactory
+	// Recorder emits Scheduled and FailedScheduling events; default: a recorder posting
+	// through EventClient (or Client).
+	Recorder record.EventRecorder
+	// EventClient posts events when Recorder is nil; default Client. A separate client keeps
+	// event writes from eating the binding rate limit.
+	EventClient kubernetes.Interface
+	// SchedulerName is the spec.schedulerName served (pods with an empty one too); default
+	// "default-scheduler".
+	SchedulerName string
+	// Workers is how many pods are scheduled and bound concurrently; default 16.
+	Workers int
+	// InitialBackoff and MaxBackoff bound the retry delay of unschedulable pods; defaults 1s
+	// and 10s.
+	InitialBackoff, MaxBackoff time.Duration
+	// FlushInterval retries unschedulable pods even without cluster changes; default 5m.
+	FlushInterval time.Duration
+	// Clock drives backoff and retries; default the real clock.
+	Clock clock.WithTicker
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Metrics, when set, counts scheduling attempts and binding latency.
+	Metrics *Metrics
+}
+
+// Scheduler binds pending pods to nodes. Create it with New and start it with Run.
+type Scheduler struct {
+	client        kubernetes.Interface
+	podLister     corelisters.PodLister
+	synced        []cache.InformerSynced
+	recorder      record.EventRecorder
+	broadcaster   record.EventBroadcaster // owned when the recorder was built here
+	schedulerName string
+	workers       int
+	flushInterval time.Duration
+	clock         clock.WithTicker
+	logger        *slog.Logger
+	metrics       *Metrics
+
+	cache *nodeCache
+	queue workqueue.TypedDelayingInterface[string]
+
+	backoffMu sync.Mutex
+	backoff   *flowcontrol.Backoff
+	// unschedulable holds keys of pods that fit nowhere, with the time of the last attempt;
+	// a node or pod change requeues them once their backoff has passed.
+	unschedulable map[string]time.Time
+
+	// bindFn is a seam for tests.
+	bindFn func(ctx context.Context, b *corev1.Binding) error
+}
+
+// New validates opts, fills defaults and registers informer handlers. Call it before the
+// informer factory is started.
+func New(opts Config) (*Scheduler, error) {
+	if opts.Client == nil || opts.Informers == nil {
+		return nil, errors.New("scheduler: Client and Informers are required")
+	}
+	if opts.SchedulerName == "" {
+		opts.SchedulerName = configs.DefaultSchedulerName
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 16
+	}
+	if opts.InitialBackoff <= 0 {
+		opts.InitialBackoff = time.Second
+	}
+	if opts.MaxBackoff < opts.InitialBackoff {
+		opts.MaxBackoff = max(10*time.Second, opts.InitialBackoff)
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 5 * time.Minute
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	s := &Scheduler{
+		client:        opts.Client,
+		schedulerName: opts.SchedulerName,
+		workers:       opts.Workers,
+		flushInterval: opts.FlushInterval,
+		clock:         opts.Clock,
+		logger:        opts.Logger,
+		metrics:       opts.Metrics,
+		cache:         newCache(),
+		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
+			Clock: opts.Clock,
+		}),
+		backoff:       flowcontrol.NewFakeBackOff(opts.InitialBackoff, opts.MaxBackoff, opts.Clock),
+		unschedulable: map[string]time.Time{},
+	}
+	s.recorder = opts.Recorder
+	if s.recorder == nil {
+		eventClient := opts.EventClient
+		if eventClient == nil {
+			eventClient = opts.Client
+		}
+		s.broadcaster = record.NewBroadcaster()
+		s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+		s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
+	}
+	s.bindFn = func(ctx context.Context, b *corev1.Binding) error {
+		return s.client.CoreV1().Pods(b.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	}
+
+	podInformer := opts.Informers.Core().V1().Pods()
+	nodeInformer := opts.Informers.Core().V1().Nodes()
+	s.podLister = podInformer.Lister()
+	podReg, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.addPod,
+		UpdateFunc: s.updatePod,
+		DeleteFunc: s.deletePod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: pod handler: %w", err)
+	}
+	nodeReg, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.addNode,
+		UpdateFunc: s.updateNode,
+		DeleteFunc: s.deleteNode,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: node handler: %w", err)
+	}
+	// The handlers' own HasSynced: the cache must have seen every initial node and pod
+	// before a decision is made, not just the informer's store.
+	s.synced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
+	return s, nil
+}
+
+// Run waits for the caches, then schedules with the configured workers until ctx is
+// cancelled.
+func (s *Scheduler) Run(ctx context.Context) error {
+	defer s.queue.ShutDown()
+	if s.broadcaster != nil {
+		defer s.broadcaster.Shutdown()
+	}
+	s.logger.Info("starting scheduler", "schedulerName", s.schedulerName, "workers", s.workers)
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return ctx.Err()
+	}
+	var wg sync.WaitGroup
+	for range s.workers {
+		wg.Go(func() {
+			for s.processNext(ctx) {
+			}
+		})
+	}
+	wg.Go(func() { s.flushLoop(ctx) })
+	<-ctx.Done()
+	s.queue.ShutDown()
+	wg.Wait()
+	s.logger.Info("stopped scheduler")
+	return nil
+}
+
+// flushLoop retries every unschedulable pod each flush interval, in case a change that
+// makes it fit was not one the handlers react to.
+func (s *Scheduler) flushLoop(ctx context.Context) {
+	t := s.clock.NewTicker(s.flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			s.requeueUnschedulable()
+		}
+	}
+}
+
+func (s *Scheduler) processNext(ctx context.Context) bool {
+	key, shutdown := s.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer s.queue.Done(key)
+	s.scheduleOne(ctx, key)
+	return true
+}
+
+// responsible reports whether pod waits for this scheduler.
+func (s *Scheduler) responsible(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && !placement.IsTerminal(pod) &&
+		(pod.Spec.SchedulerName == s.schedulerName || pod.Spec.SchedulerName == "")
+}
+
+// scheduleOne schedules the pod with the given key: filter, pick, assume, bind. Failures are
+// recorded on the pod and the key goes to the unschedulable set with backoff.
+func (s *Scheduler) scheduleOne(ctx context.Context, key string) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return
+	}
+	pod, err := s.podLister.Pods(ns).Get(name)
+	if err != nil || !s.responsible(pod) || s.cache.has(pod.UID) {
+		// Gone, bound, or bound by us and not yet seen bound: nothing to do.
+		s.forgetBackoff(key)
+		return
+	}
+	logger := s.logger.With("pod", key)
+	start := s.clock.Now()
+	nodeName, fitErr := s.cache.scheduleAndAssume(pod)
+	if fitErr != nil {
+		s.metrics.attempts.WithLabelValues("unschedulable").Inc()
+		msg := fitErr.Error()
+		logger.Debug("pod is unschedulable", "reason", msg)
+		s.recorder.Event(pod, corev1.EventTypeWarning, "FailedScheduling", msg)
+		s.markUnschedulable(ctx, pod, msg, logger)
+		s.addUnschedulable(key)
+		return
+	}
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	if err := s.bindFn(ctx, binding); err != nil {
+		s.cache.forget(pod.UID)
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || ctx.Err() != nil {
+			// Deleted, bound by someone else, or shutting down: the informer will tell.
+			logger.Debug("binding abandoned", "node", nodeName, "err", err)
+			return
+		}
+		s.metrics.attempts.WithLabelValues("error").Inc()
+		logger.Warn("binding failed", "node", nodeName, "err", err)
+		s.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedScheduling", "Binding rejected: %v", err)
+		s.addUnschedulable(key)
+		return
+	}
+	s.metrics.attempts.WithLabelValues("scheduled").Inc()
+	s.metrics.bindDuration.Observe(s.clock.Since(start).Seconds())
+	s.forgetBackoff(key)
+	logger.Debug("bound pod", "node", nodeName)
+	s.recorder.Eventf(pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, nodeName)
+}
+
+// markUnschedulable sets PodScheduled=False/Unschedulable with msg, unless the pod already
+// says exactly that (avoids a write per retry).
+func (s *Scheduler) markUnschedulable(ctx context.Context, pod *corev1.Pod, msg string, logger *slog.Logger) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse &&
+			c.Reason == corev1.PodReasonUnschedulable && c.Message == msg {
+			return
+		}
+	}
+	updated := pod.DeepCopy()
+	cond := corev1.PodCondition{
+		Type:               corev1.PodScheduled,
+		Status:             corev1.ConditionFalse,
+		Reason:             corev1.PodReasonUnschedulable,
+		Message:            msg,
+		LastTransitionTime: metav1.NewTime(s.clock.Now()),
+	}
+	replaced := false
+	for i, c := range updated.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			if c.Status == cond.Status {
+				cond.LastTransitionTime = c.LastTransitionTime
+			}
+			updated.Status.Conditions[i] = cond
+			replaced = true
+		}
+	}
+	if !replaced {
+		updated.Status.Conditions = append(updated.Status.Conditions, cond)
+	}
+	if _, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		// The next retry writes it again.
+		logger.Debug("updating pod status failed", "err", err)
+	}
+}
+
+// addUnschedulable records a failed attempt: the pod is retried after its backoff once a
+// node or pod changes, or at the next flush.
+func (s *Scheduler) addUnschedulable(key string) {
+	s.backoffMu.Lock()
+	defer s.backoffMu.Unlock()
+	now := s.clock.Now()
+	s.backoff.Next(key, now)
+	s.unschedulable[key] = now
+}
+
+func (s *Scheduler) forgetBackoff(key string) {
+	s.backoffMu.Lock()
+	defer s.backoffMu.Unlock()
+	delete(s.unschedulable, key)
+	s.backoff.DeleteEntry(key)
+}
+
+// requeueUnschedulable moves every unschedulable pod back to the queue, each after what is
+// left of its backoff.
+func (s *Scheduler) requeueUnschedulable() {
+	s.backoffMu.Lock()
+	defer s.backoffMu.Unlock()
+	now := s.clock.Now()
+	for key, failedAt := range s.unschedulable {
+		delay := failedAt.Add(s.backoff.Get(key)).Sub(now)
+		delete(s.unschedulable, key)
+		if delay > 0 {
+			s.queue.AddAfter(key, delay)
+		} else {
+			s.queue.Add(key)
+		}
+	}
+}
+
+// requeueOne retries one unschedulable pod after its backoff (its spec changed).
+func (s *Scheduler) requeueOne(key string) {
+	s.backoffMu.Lock()
+	defer s.backoffMu.Unlock()
+	failedAt, ok := s.unschedulable[key]
+	if !ok {
+		s.queue.Add(key)
+		return
+	}
+	delete(s.unschedulable, key)
+	if delay := failedAt.Add(s.backoff.Get(key)).Sub(s.clock.Now()); delay > 0 {
+		s.queue.AddAfter(key, delay)
+		return
+	}
+	s.queue.Add(key)
+}
+
+func (s *Scheduler) addPod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	s.cache.setPod(pod)
+	if s.responsible(pod) {
+		s.queue.Add(podKey(pod))
+	}
+}
+
+func (s *Scheduler) updatePod(oldObj, newObj any) {
+	oldPod, ok1 := oldObj.(*corev1.Pod)
+	pod, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return
+	}
+	s.cache.setPod(pod)
+	key := podKey(pod)
+	switch {
+	case s.responsible(pod):
+		// Our own status writes come back here; only a change to what the filters read
+		// deserves an attempt before the backoff says so.
+		if !apiequality.Semantic.DeepEqual(oldPod.Spec, pod.Spec) || !apiequality.Semantic.DeepEqual(oldPod.Labels, pod.Labels) {
+			s.requeueOne(key)
+		}
+	case oldPod.Spec.NodeName != "" && placement.IsTerminal(pod) && !placement.IsTerminal(oldPod):
+		s.forgetBackoff(key)
+		s.requeueUnschedulable() // a finished pod frees resources and ports
+	default:
+		if oldPod.Spec.NodeName == "" && pod.Spec.NodeName != "" {
+			s.forgetBackoff(key)
+		}
+	}
+}
+
+func (s *Scheduler) deletePod(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	s.cache.removePod(pod.UID)
+	s.forgetBackoff(podKey(pod))
+	if pod.Spec.NodeName != "" {
+		s.requeueUnschedulable()
+	}
+}
+
+func (s *Scheduler) addNode(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	s.cache.setNode(node)
+	s.requeueUnschedulable()
+}
+
+func (s *Scheduler) updateNode(oldObj, newObj any) {
+	oldNode, ok1 := oldObj.(*corev1.Node)
+	node, ok2 := newObj.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return
+	}
+	s.cache.setNode(node)
+	// Heartbeats change only conditions; retry pods only when something a filter reads moved.
+	if !apiequality.Semantic.DeepEqual(oldNode.Spec, node.Spec) ||
+		!apiequality.Semantic.DeepEqual(oldNode.Labels, node.Labels) ||
+		!apiequality.Semantic.DeepEqual(oldNode.Status.Allocatable, node.Status.Allocatable) {
+		s.requeueUnschedulable()
+	}
+}
+
+func (s *Scheduler) deleteNode(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if node, ok := obj.(*corev1.Node); ok {
+		s.cache.removeNode(node.Name)
+	}
+}
+
+func podKey(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
