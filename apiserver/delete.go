@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/miniplane/miniplane/store"
 )
@@ -24,7 +25,12 @@ func (c *call) deleteOptions() (*metav1.DeleteOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > 0 {
+	if len(data) > 0 && c.isProtobuf() {
+		// Clients send DeleteOptions under any group version; only the kind matters.
+		if err := c.decodeProtobuf(data, schema.GroupVersionKind{Kind: "DeleteOptions"}, opts); err != nil {
+			return nil, err
+		}
+	} else if len(data) > 0 {
 		if err := c.decodeJSON(data, metav1.SchemeGroupVersion.WithKind("DeleteOptions"), opts); err != nil {
 			// Clients send DeleteOptions under any group version; only the kind matters.
 			opts = &metav1.DeleteOptions{}

@@ -97,7 +97,11 @@ func (c *call) listFromEtcd(p *listParams, filter *watchFilter) {
 	if p.resourceVersionMatch == "Exact" {
 		opts.Revision = rvInt(p.resourceVersion)
 	}
-	opts.Predicate = func(obj runtime.Object) bool { return filter.matchesObject(res, obj) }
+	// The namespace is already in the key prefix; a predicate is needed only for selectors
+	// (and without one etcd can report how many items remain).
+	if !filter.label.Empty() || !filter.field.Empty() {
+		opts.Predicate = func(obj runtime.Object) bool { return filter.matchesObject(res, obj) }
+	}
 	result, err := c.s.store.List(c.r.Context(), res.keyPrefix(c.s.cfg.EtcdPrefix, c.info.namespace), opts)
 	if err != nil {
 		c.fail(err)

@@ -115,6 +115,12 @@ func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 		if !res.namespaced {
 			continue
 		}
+		// Each cache follows its own etcd watch and may not yet hold objects created
+		// just before the namespace was deleted: catch up first, or "nothing left" could
+		// be wrong and the namespace removed with content still in it.
+		if err := res.cache.waitFresh(ctx); err != nil {
+			return err
+		}
 		items, _ := res.cache.list(&watchFilter{namespace: name})
 		remaining += len(items)
 		for _, it := range items {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -241,8 +243,20 @@ func (s *Server) CAPEM() []byte {
 	return s.caPEM
 }
 
-// tlsConfig loads or creates the CA and the serving certificate in the cert dir.
+// tlsConfig loads the configured serving certificate, or loads or creates the CA and a
+// serving certificate in the cert dir.
 func (s *Server) tlsConfig() (*tls.Config, error) {
+	if s.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSPrivateKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("serving certificate: %w", err)
+		}
+		caPEM, _ := os.ReadFile(filepath.Join(s.cfg.CertDir, "ca.crt"))
+		s.mu.Lock()
+		s.caPEM = caPEM
+		s.mu.Unlock()
+		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}, nil
+	}
 	ca, err := pki.EnsureCA(s.cfg.CertDir, "miniplane-ca")
 	if err != nil {
 		return nil, fmt.Errorf("CA: %w", err)

@@ -21,6 +21,11 @@ type APIServer struct {
 	// TLSSANs are extra DNS names or IPs for the generated serving certificate, for example
 	// the compose service name. Flag --tls-sans.
 	TLSSANs []string `mapstructure:"tls-sans"`
+	// TLSCertFile and TLSPrivateKeyFile serve a certificate made elsewhere (for example by
+	// `miniplane certs`) instead of generating one; CertDir/ca.crt is then only reported
+	// to clients. Flags --tls-cert-file, --tls-private-key-file.
+	TLSCertFile       string `mapstructure:"tls-cert-file"`
+	TLSPrivateKeyFile string `mapstructure:"tls-private-key-file"`
 	// TokenFile is a kube-apiserver token file: CSV lines `token,user,uid,"group1,group2"`.
 	// Flag --token-file.
 	TokenFile string `mapstructure:"token-file"`
@@ -89,6 +94,9 @@ func (c APIServer) Validate() error {
 	}
 	if c.CertDir == "" {
 		return errors.New("--cert-dir must not be empty")
+	}
+	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
+		return errors.New("--tls-cert-file and --tls-private-key-file go together")
 	}
 	if c.TokenFile == "" {
 		return errors.New("--token-file is required: every request must carry a bearer token")

@@ -269,6 +269,12 @@ func (s *EtcdStore) GuaranteedUpdate(ctx context.Context, key string, tryUpdate 
 		}
 		next, err := tryUpdate(cur.DeepCopyObject())
 		if err != nil {
+			if fromSuggestion {
+				// The error may come from the cached copy being stale (a resourceVersion
+				// precondition fails against it): decide on what etcd holds.
+				cur = nil
+				continue
+			}
 			return nil, err
 		}
 		var op clientv3.Op

@@ -100,8 +100,10 @@ func authorizeNode(u *User, a Attributes) (Decision, string) {
 		if readVerbs[a.Verb] {
 			return Allow, ""
 		}
-		if a.Name != "" && (a.Verb == "update" || a.Verb == "patch" || a.Verb == "delete") &&
-			(a.Subresource == "" || a.Subresource == "status") {
+		// As Kubernetes' NodeRestriction: a node reports pod status and deletes pods it has
+		// stopped, but never changes a pod's spec or metadata.
+		if a.Name != "" && (((a.Verb == "update" || a.Verb == "patch") && a.Subresource == "status") ||
+			(a.Verb == "delete" && a.Subresource == "")) {
 			return NodeObjectCheck, ""
 		}
 		return Deny, fmt.Sprintf("node identity %q may only change pods bound to it", u.Name)

@@ -125,7 +125,8 @@ func Start(ctx context.Context, cfg Config) (env *Env, err error) {
 	etcdCfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
 	etcdCfg.ListenPeerURLs = []string{"http://127.0.0.1:0"}
 	etcdCfg.UnsafeNoFsync = cfg.UnsafeNoFsync
-	if env.etcd, err = store.StartEmbeddedEtcd(etcdCfg, "error"); err != nil {
+	// etcd logs its own orderly shutdown as errors; only fatal problems are worth showing.
+	if env.etcd, err = store.StartEmbeddedEtcd(etcdCfg, "fatal"); err != nil {
 		return nil, err
 	}
 	if env.client, err = store.NewClient(ctx, store.ClientConfig{Endpoints: env.etcd.ClientURLs()}); err != nil {
@@ -261,6 +262,11 @@ func (e *Env) ConfigFor(user string) *rest.Config {
 		UserAgent:       "miniplane/" + user,
 	}
 }
+
+// EtcdEndpoints returns the embedded etcd's client URLs, for tools that measure the store
+// itself (benchmarks compare the API's write rate with etcd's raw one). Components must go
+// through the API server.
+func (e *Env) EtcdEndpoints() []string { return e.etcd.ClientURLs() }
 
 // Token returns the bearer token of user.
 func (e *Env) Token(user string) string { return e.tokens[user] }

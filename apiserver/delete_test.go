@@ -1,0 +1,360 @@
+package apiserver_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// TestGracefulPodDeletion: a pod bound to a node is only marked for deletion (its kubelet
+// must stop it); a second delete with grace period 0 removes it. Unbound and finished
+// pods go at once.
+func TestGracefulPodDeletion(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	pods := env.Client.CoreV1().Pods("default")
+	ctx := testCtx(t)
+
+	bound, err := pods.Create(ctx, podOn("default", "bound", "n1"), metav1.CreateOptions{})
+	check(t, err)
+	w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: bound.ResourceVersion, FieldSelector: "metadata.name=bound"})
+	check(t, err)
+	defer w.Stop()
+
+	check(t, pods.Delete(ctx, "bound", metav1.DeleteOptions{}))
+	got, err := pods.Get(ctx, "bound", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("a bound pod vanished on delete: %v", err)
+	}
+	if got.DeletionTimestamp == nil || got.DeletionGracePeriodSeconds == nil || *got.DeletionGracePeriodSeconds != 30 {
+		t.Fatalf("deletionTimestamp %v grace %v, want set with the pod's 30s", got.DeletionTimestamp, got.DeletionGracePeriodSeconds)
+	}
+	if d := got.DeletionTimestamp.Sub(got.CreationTimestamp.Time); d < 25*time.Second || d > 2*time.Minute {
+		t.Fatalf("deletionTimestamp %v is not about 30s after now (created %v)", got.DeletionTimestamp, got.CreationTimestamp)
+	}
+	ev := expectWatch(t, w, watch.Modified, "bound")
+	if ev.Object.(*corev1.Pod).DeletionTimestamp == nil {
+		t.Fatal("watch MODIFIED without deletionTimestamp")
+	}
+
+	// A longer grace period does not extend the deletion; a shorter one shortens it.
+	check(t, pods.Delete(ctx, "bound", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(60))}))
+	got, err = pods.Get(ctx, "bound", metav1.GetOptions{})
+	check(t, err)
+	if *got.DeletionGracePeriodSeconds != 30 {
+		t.Fatalf("a longer grace period changed it to %d", *got.DeletionGracePeriodSeconds)
+	}
+	check(t, pods.Delete(ctx, "bound", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(5))}))
+	got, err = pods.Get(ctx, "bound", metav1.GetOptions{})
+	check(t, err)
+	if *got.DeletionGracePeriodSeconds != 5 {
+		t.Fatalf("a shorter grace period gave %d, want 5", *got.DeletionGracePeriodSeconds)
+	}
+	expectWatch(t, w, watch.Modified, "bound")
+
+	// The kubelet's final delete.
+	check(t, pods.Delete(ctx, "bound", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}))
+	if _, err := pods.Get(ctx, "bound", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("pod still there after delete with grace 0: %v", err)
+	}
+	expectWatch(t, w, watch.Deleted, "bound")
+
+	_, err = pods.Create(ctx, podOn("default", "unbound", ""), metav1.CreateOptions{})
+	check(t, err)
+	check(t, pods.Delete(ctx, "unbound", metav1.DeleteOptions{}))
+	if _, err := pods.Get(ctx, "unbound", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("unbound pod still there after delete: %v", err)
+	}
+
+	done, err := pods.Create(ctx, podOn("default", "done", "n1"), metav1.CreateOptions{})
+	check(t, err)
+	done.Status.Phase = corev1.PodSucceeded
+	_, err = pods.UpdateStatus(ctx, done, metav1.UpdateOptions{})
+	check(t, err)
+	check(t, pods.Delete(ctx, "done", metav1.DeleteOptions{}))
+	if _, err := pods.Get(ctx, "done", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("finished pod still there after delete: %v", err)
+	}
+
+	// A bound pod deleted with grace period 0 goes at once.
+	_, err = pods.Create(ctx, podOn("default", "zero-grace", "n1"), metav1.CreateOptions{})
+	check(t, err)
+	check(t, pods.Delete(ctx, "zero-grace", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}))
+	if _, err := pods.Get(ctx, "zero-grace", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("bound pod deleted with grace 0 at once is still there: %v", err)
+	}
+}
+
+// TestFinalizers: an object with finalizers stays, marked, until they are removed; the
+// propagation policy adds the garbage collector's finalizers.
+func TestFinalizers(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	c := env.Client
+	dss := c.AppsV1().DaemonSets("default")
+	ctx := testCtx(t)
+
+	held := daemonSet("default", "held")
+	held.Finalizers = []string{"example.com/hold"}
+	_, err := dss.Create(ctx, held, metav1.CreateOptions{})
+	check(t, err)
+	check(t, dss.Delete(ctx, "held", metav1.DeleteOptions{}))
+	got, err := dss.Get(ctx, "held", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("object with a finalizer vanished: %v", err)
+	}
+	if got.DeletionTimestamp == nil {
+		t.Fatal("deleted object with a finalizer has no deletionTimestamp")
+	}
+	// Deleting again changes nothing.
+	check(t, dss.Delete(ctx, "held", metav1.DeleteOptions{}))
+	again, err := dss.Get(ctx, "held", metav1.GetOptions{})
+	check(t, err)
+	if again.ResourceVersion != got.ResourceVersion {
+		t.Fatal("a repeated delete wrote")
+	}
+	// No new finalizers once deletion started.
+	more := got.DeepCopy()
+	more.Finalizers = append(more.Finalizers, "example.com/another")
+	_, err = dss.Update(ctx, more, metav1.UpdateOptions{})
+	expectStatus(t, err, 422, metav1.StatusReasonInvalid)
+	// Other updates still work, and deletionTimestamp cannot be cleared.
+	got.Labels = map[string]string{"still": "editable"}
+	got.DeletionTimestamp = nil
+	got, err = dss.Update(ctx, got, metav1.UpdateOptions{})
+	check(t, err)
+	if got.DeletionTimestamp == nil || got.Labels["still"] != "editable" {
+		t.Fatalf("update of a deleting object: deletionTimestamp %v labels %v", got.DeletionTimestamp, got.Labels)
+	}
+	// Removing the last finalizer removes the object.
+	got.Finalizers = nil
+	_, err = dss.Update(ctx, got, metav1.UpdateOptions{})
+	check(t, err)
+	if _, err := dss.Get(ctx, "held", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("object still there after its last finalizer went: %v", err)
+	}
+
+	for _, tc := range []struct {
+		policy    metav1.DeletionPropagation
+		finalizer string
+	}{
+		{metav1.DeletePropagationForeground, metav1.FinalizerDeleteDependents},
+		{metav1.DeletePropagationOrphan, metav1.FinalizerOrphanDependents},
+		{metav1.DeletePropagationBackground, ""},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			name := "prop-" + map[metav1.DeletionPropagation]string{"Foreground": "fg", "Orphan": "orphan", "Background": "bg"}[tc.policy]
+			_, err := dss.Create(ctx, daemonSet("default", name), metav1.CreateOptions{})
+			check(t, err)
+			check(t, dss.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &tc.policy}))
+			got, err := dss.Get(ctx, name, metav1.GetOptions{})
+			if tc.finalizer == "" {
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("background delete left the object: %v", err)
+				}
+				return
+			}
+			check(t, err)
+			if got.DeletionTimestamp == nil || !slices.Equal(got.Finalizers, []string{tc.finalizer}) {
+				t.Fatalf("deletionTimestamp %v finalizers %v, want set and [%s]", got.DeletionTimestamp, got.Finalizers, tc.finalizer)
+			}
+			// The garbage collector removes its finalizer when done: the object goes.
+			got.Finalizers = nil
+			_, err = dss.Update(ctx, got, metav1.UpdateOptions{})
+			check(t, err)
+			if _, err := dss.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("still there after the GC finalizer went: %v", err)
+			}
+		})
+	}
+
+	// A bound pod with a finalizer, deleted with grace 0, waits for its finalizer.
+	pods := c.CoreV1().Pods("default")
+	p := podOn("default", "fin", "n1")
+	p.Finalizers = []string{"example.com/hold"}
+	_, err = pods.Create(ctx, p, metav1.CreateOptions{})
+	check(t, err)
+	check(t, pods.Delete(ctx, "fin", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}))
+	gotPod, err := pods.Get(ctx, "fin", metav1.GetOptions{})
+	if err != nil || gotPod.DeletionTimestamp == nil {
+		t.Fatalf("pod with a finalizer after delete: %v %v", gotPod, err)
+	}
+	gotPod.Finalizers = nil
+	_, err = pods.Update(ctx, gotPod, metav1.UpdateOptions{})
+	check(t, err)
+	if _, err := pods.Get(ctx, "fin", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("pod still there after its finalizer went: %v", err)
+	}
+
+	// deletecollection applies the same rules to each selected object.
+	for _, name := range []string{"dc-1", "dc-2"} {
+		d := daemonSet("default", name)
+		d.Labels = map[string]string{"batch": "dc"}
+		if name == "dc-2" {
+			d.Finalizers = []string{"example.com/hold"}
+		}
+		_, err := dss.Create(ctx, d, metav1.CreateOptions{})
+		check(t, err)
+	}
+	check(t, dss.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "batch=dc"}))
+	if _, err := dss.Get(ctx, "dc-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("dc-1 after deletecollection: %v", err)
+	}
+	dc2, err := dss.Get(ctx, "dc-2", metav1.GetOptions{})
+	if err != nil || dc2.DeletionTimestamp == nil {
+		t.Fatalf("dc-2 (with finalizer) after deletecollection: %v %v", dc2, err)
+	}
+}
+
+// TestPodBinding: pods/binding sets spec.nodeName once.
+func TestPodBinding(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	pods := env.Client.CoreV1().Pods("default")
+	ctx := testCtx(t)
+	_, err := pods.Create(ctx, podOn("default", "p", ""), metav1.CreateOptions{})
+	check(t, err)
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"scheduled-by": "test"}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "n1"}}
+	check(t, pods.Bind(ctx, binding, metav1.CreateOptions{}))
+	got, err := pods.Get(ctx, "p", metav1.GetOptions{})
+	check(t, err)
+	if got.Spec.NodeName != "n1" || got.Annotations["scheduled-by"] != "test" {
+		t.Fatalf("after binding: nodeName %q annotations %v", got.Spec.NodeName, got.Annotations)
+	}
+	scheduled := false
+	for _, c := range got.Status.Conditions {
+		scheduled = scheduled || (c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue)
+	}
+	if !scheduled {
+		t.Fatalf("no PodScheduled=True condition: %+v", got.Status.Conditions)
+	}
+
+	binding.Target.Name = "n2"
+	expectStatus(t, pods.Bind(ctx, binding, metav1.CreateOptions{}), 409, metav1.StatusReasonConflict)
+	binding.Name = "missing"
+	expectStatus(t, pods.Bind(ctx, binding, metav1.CreateOptions{}), 404, metav1.StatusReasonNotFound)
+	_, err = pods.Create(ctx, podOn("default", "q", ""), metav1.CreateOptions{})
+	check(t, err)
+	noTarget := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "q"}}
+	expectStatus(t, pods.Bind(ctx, noTarget, metav1.CreateOptions{}), 422, metav1.StatusReasonInvalid)
+	uid := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "q", UID: "wrong"}, Target: corev1.ObjectReference{Name: "n1"}}
+	expectStatus(t, pods.Bind(ctx, uid, metav1.CreateOptions{}), 409, metav1.StatusReasonConflict)
+	q, err := pods.Get(ctx, "q", metav1.GetOptions{})
+	check(t, err)
+	if q.Spec.NodeName != "" {
+		t.Fatalf("refused bindings bound the pod to %q", q.Spec.NodeName)
+	}
+}
+
+// TestNamespaces: objects need an existing, active namespace; deleting a namespace
+// empties it and then removes it.
+func TestNamespaces(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	c := env.Client
+	ctx := testCtx(t)
+
+	_, err := c.CoreV1().Pods("missing").Create(ctx, podOn("missing", "p", ""), metav1.CreateOptions{})
+	se := expectStatus(t, err, 404, metav1.StatusReasonNotFound)
+	if se.ErrStatus.Details == nil || se.ErrStatus.Details.Kind != "namespaces" || se.ErrStatus.Details.Name != "missing" {
+		t.Fatalf("details %+v, want the namespace named", se.ErrStatus.Details)
+	}
+	_, err = c.AppsV1().DaemonSets("missing").Create(ctx, daemonSet("missing", "d"), metav1.CreateOptions{})
+	expectStatus(t, err, 404, metav1.StatusReasonNotFound)
+
+	for _, name := range []string{"default", "kube-system", "kube-node-lease", "kube-public"} {
+		err := c.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+		expectStatus(t, err, 403, metav1.StatusReasonForbidden)
+	}
+
+	ns, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{})
+	check(t, err)
+	if ns.Status.Phase != corev1.NamespaceActive || ns.Labels[corev1.LabelMetadataName] != "doomed" {
+		t.Fatalf("new namespace: phase %q labels %v", ns.Status.Phase, ns.Labels)
+	}
+	_, err = c.CoreV1().Pods("doomed").Create(ctx, podOn("doomed", "unbound", ""), metav1.CreateOptions{})
+	check(t, err)
+	_, err = c.CoreV1().Pods("doomed").Create(ctx, podOn("doomed", "bound", "n1"), metav1.CreateOptions{})
+	check(t, err)
+	_, err = c.AppsV1().DaemonSets("doomed").Create(ctx, daemonSet("doomed", "ds"), metav1.CreateOptions{})
+	check(t, err)
+	_, err = c.AppsV1().ControllerRevisions("doomed").Create(ctx, controllerRevision("doomed", "ds-1", 1), metav1.CreateOptions{})
+	check(t, err)
+	_, err = c.CoordinationV1().Leases("doomed").Create(ctx, lease("doomed", "l", "x"), metav1.CreateOptions{})
+	check(t, err)
+	_, err = c.CoreV1().Events("doomed").Create(ctx, event("doomed", "e", podOn("doomed", "bound", "n1")), metav1.CreateOptions{})
+	check(t, err)
+	// A finalizer holds one pod, and with it the namespace.
+	held := podOn("doomed", "held", "n1")
+	held.Finalizers = []string{"example.com/hold"}
+	_, err = c.CoreV1().Pods("doomed").Create(ctx, held, metav1.CreateOptions{})
+	check(t, err)
+	// An object in another namespace must survive.
+	_, err = c.CoreV1().Pods("default").Create(ctx, podOn("default", "survivor", "n1"), metav1.CreateOptions{})
+	check(t, err)
+
+	check(t, c.CoreV1().Namespaces().Delete(ctx, "doomed", metav1.DeleteOptions{}))
+	ns, err = c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+	if err == nil {
+		if ns.Status.Phase != corev1.NamespaceTerminating || ns.DeletionTimestamp == nil {
+			t.Fatalf("deleted namespace: phase %q deletionTimestamp %v", ns.Status.Phase, ns.DeletionTimestamp)
+		}
+		// New content is refused while it terminates.
+		_, err = c.CoreV1().Pods("doomed").Create(ctx, podOn("doomed", "late", ""), metav1.CreateOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			expectStatus(t, err, 403, metav1.StatusReasonForbidden)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	eventually(t, "namespace doomed to be emptied but for the held pod", func() (bool, error) {
+		l, err := c.CoreV1().Pods("doomed").List(ctx, metav1.ListOptions{})
+		return err == nil && slices.Equal(namesOf(l), []string{"doomed/held"}), err
+	})
+	heldPod, err := c.CoreV1().Pods("doomed").Get(ctx, "held", metav1.GetOptions{})
+	check(t, err)
+	if heldPod.DeletionTimestamp == nil {
+		t.Fatal("the held pod was not marked for deletion")
+	}
+	if _, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{}); err != nil {
+		t.Fatalf("namespace removed while a pod in it waits for its finalizer: %v", err)
+	}
+	heldPod.Finalizers = nil
+	_, err = c.CoreV1().Pods("doomed").Update(ctx, heldPod, metav1.UpdateOptions{})
+	check(t, err)
+	eventually(t, "namespace doomed to be removed", func() (bool, error) {
+		_, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+	for what, list := range map[string]func() (runtime.Object, error){
+		"pods":       func() (runtime.Object, error) { return c.CoreV1().Pods("doomed").List(ctx, metav1.ListOptions{}) },
+		"daemonsets": func() (runtime.Object, error) { return c.AppsV1().DaemonSets("doomed").List(ctx, metav1.ListOptions{}) },
+		"controllerrevisions": func() (runtime.Object, error) {
+			return c.AppsV1().ControllerRevisions("doomed").List(ctx, metav1.ListOptions{})
+		},
+		"leases": func() (runtime.Object, error) {
+			return c.CoordinationV1().Leases("doomed").List(ctx, metav1.ListOptions{})
+		},
+		"events": func() (runtime.Object, error) { return c.CoreV1().Events("doomed").List(ctx, metav1.ListOptions{}) },
+	} {
+		l, err := list()
+		check(t, err)
+		if n := meta.LenList(l); n != 0 {
+			t.Errorf("%s left in the removed namespace: %v", what, namesOf(l))
+		}
+	}
+	if _, err := c.CoreV1().Pods("default").Get(ctx, "survivor", metav1.GetOptions{}); err != nil {
+		t.Fatalf("pod in another namespace: %v", err)
+	}
+	// The name can be used again.
+	_, err = c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{})
+	check(t, err)
+}
