@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,8 +50,13 @@ func conflictError(gr schema.GroupResource, name string) *apierrors.StatusError 
 // the message.
 func writeError(w http.ResponseWriter, r *http.Request, err error, gr schema.GroupResource, name string) {
 	status := toAPIError(err, gr, name).ErrStatus
-	if status.Code >= 500 {
-		slog.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", status.Code, "err", err)
+	// A client that went away (or a server shutting down) is not a server error worth a log.
+	if status.Code >= 500 && !errors.Is(err, context.Canceled) {
+		log := stateFrom(r.Context()).log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", status.Code, "err", err)
 	}
 	writeStatus(w, &status)
 }

@@ -16,6 +16,7 @@ import (
 // requestState travels with a request: who made it, and what it turned out to be (filled
 // by the resource handler, read by metrics).
 type requestState struct {
+	log         *slog.Logger
 	user        *auth.User
 	verb        string
 	resource    string
@@ -68,13 +69,13 @@ func (s *Server) withInsecureAdmin(next http.Handler) http.Handler {
 
 func (s *Server) withRecovery(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithValue(r.Context(), stateKey{}, &requestState{})
+		ctx := context.WithValue(r.Context(), stateKey{}, &requestState{log: s.log})
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				slog.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				s.log.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 				writeStatus(w, &metav1.Status{Code: http.StatusInternalServerError, Reason: metav1.StatusReasonInternalError,
 					Message: "Internal error occurred: the server could not handle the request"})
 			}

@@ -1,13 +1,467 @@
 package configs
 
-// KubeletStub configures `miniplane kubeletstub` (and the stub nodes of `miniplane up`).
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Defaults of the stub kubelet. The intervals are the kubelet's own, so the node lifecycle
+// controller sees the timing it expects from a real node.
+const (
+	// DefaultStubNodePrefix names fleet nodes P-0 … P-(N-1).
+	DefaultStubNodePrefix = "stub-node"
+	// DefaultStubHeartbeatInterval is how often each node's status is checked (kubelet
+	// --node-status-update-frequency).
+	DefaultStubHeartbeatInterval = 10 * time.Second
+	// DefaultStubReportInterval is how often an unchanged status is written anyway (kubelet
+	// nodeStatusReportFrequency); the Lease is the liveness signal in between.
+	DefaultStubReportInterval = 5 * time.Minute
+	// DefaultStubLeaseDuration is the kubelet's --node-lease-duration-seconds.
+	DefaultStubLeaseDuration = 40 * time.Second
+	// DefaultStubLeaseRenewInterval is the kubelet's renew interval (a quarter of the duration).
+	DefaultStubLeaseRenewInterval = 10 * time.Second
+	// DefaultStubPodCIDR is split into one block per node (NodeCIDRMaskSize) for pod IPs:
+	// 10.128.0.0/9 holds 32768 /24 blocks, enough for the largest fleet we run.
+	DefaultStubPodCIDR = "10.128.0.0/9"
+	// DefaultStubNodeCIDRMaskSize gives each node 254 pod IPs, above the default 110 max pods.
+	DefaultStubNodeCIDRMaskSize = 24
+	// DefaultStubInternalIPCIDR numbers the nodes' InternalIP addresses: node i gets the
+	// (i+1)-th address.
+	DefaultStubInternalIPCIDR = "172.16.0.0/12"
+)
+
+// KubeletStub configures `miniplane kubeletstub` (and the stub nodes of `miniplane up`): one
+// node (NodeName) or a fleet of Nodes nodes named NodePrefix-0 … NodePrefix-(Nodes-1), all
+// sharing one pod watch and one node watch.
+//
+// Every node is built from Template; an entry of Overrides with the node's name overrides the
+// fields it sets to non-zero values (labels and annotations are merged key by key). Note that
+// viper lower-cases map keys read from files, so label keys and values should be lower-case.
 type KubeletStub struct {
 	// Kubeconfig is the client configuration; flag --kubeconfig.
 	Kubeconfig string `mapstructure:"kubeconfig"`
+	// NodeName runs a single node with this name; flag --node-name. Empty runs a fleet.
+	NodeName string `mapstructure:"node-name"`
+	// Nodes is the fleet size when NodeName is empty; default 1. Flag --nodes.
+	Nodes int `mapstructure:"nodes"`
+	// NodePrefix names fleet nodes NodePrefix-<i>; default "stub-node". Flag --node-prefix.
+	NodePrefix string `mapstructure:"node-prefix"`
+	// HealthListen serves /healthz, /readyz and /metrics; "" (the default) disables it and
+	// port 0 picks a free port. Flag --health-listen.
+	HealthListen string `mapstructure:"health-listen"`
+
+	// ClientQPS and ClientBurst override the client rate limit; 0 (the default) sizes it to
+	// the fleet: QPS 200 + nodes, burst twice that (or the kubeconfig's, when higher). Every
+	// node renews its Lease each LeaseRenewInterval, so a fleet of 5,000 needs 500
+	// requests/s for leases alone, and twice the node count at start. Negative QPS disables
+	// the limiter.
+	ClientQPS   float32 `mapstructure:"client-qps"`
+	ClientBurst int     `mapstructure:"client-burst"`
+
+	// HeartbeatInterval is how often each node's status is checked and written when it
+	// changed; default 10s.
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat-interval"`
+	// ReportInterval is how often the status is written even when nothing changed; default 5m.
+	ReportInterval time.Duration `mapstructure:"report-interval"`
+	// LeaseDuration is the Lease's leaseDurationSeconds; default 40s.
+	LeaseDuration time.Duration `mapstructure:"lease-duration"`
+	// LeaseRenewInterval is how often each node renews its Lease in kube-node-lease; default 10s.
+	LeaseRenewInterval time.Duration `mapstructure:"lease-renew-interval"`
+
+	// HeartbeatWorkers send registrations, status updates and lease renewals concurrently;
+	// default 16 (they wait on the network, not the CPU).
+	HeartbeatWorkers int `mapstructure:"heartbeat-workers"`
+	// PodWorkers admit, start, stop and delete pods concurrently; default 8.
+	PodWorkers int `mapstructure:"pod-workers"`
+	// RecordEvents emits kubelet-like Events (pod rejections); default true.
+	RecordEvents bool `mapstructure:"record-events"`
+
+	// PodCIDR is split into per-node blocks of NodeCIDRMaskSize bits; node i gets block i as
+	// spec.podCIDR when it is created, and pod IPs come from its node's block.
+	// Defaults 10.128.0.0/9 and 24. Use a different range per process to keep IPs unique
+	// across fleets.
+	PodCIDR          string `mapstructure:"pod-cidr"`
+	NodeCIDRMaskSize int    `mapstructure:"node-cidr-mask-size"`
+	// InternalIPCIDR numbers the nodes' InternalIP addresses when the template lists none;
+	// default 172.16.0.0/12.
+	InternalIPCIDR string `mapstructure:"internal-ip-cidr"`
+
+	// FaultSeed seeds the per-node random numbers that apply the fault rates, so a fleet
+	// experiment can be repeated; default 1.
+	FaultSeed int64 `mapstructure:"fault-seed"`
+
+	// Template describes every node.
+	Template StubNodeTemplate `mapstructure:"template"`
+	// Overrides customise single nodes by name.
+	Overrides []StubNodeOverride `mapstructure:"overrides"`
 }
 
-// DefaultKubeletStub returns the defaults.
-func DefaultKubeletStub() KubeletStub { return KubeletStub{} }
+// StubNodeTemplate describes a stub node: what it registers and how it behaves.
+type StubNodeTemplate struct {
+	// Labels are added to the node at registration. kubernetes.io/hostname (the node name),
+	// kubernetes.io/os (linux) and kubernetes.io/arch (amd64) are set unless given here.
+	Labels map[string]string `mapstructure:"labels"`
+	// Annotations are added to the node at registration; stub.miniplane.io/* fault
+	// annotations set here take effect like ones added later with kubectl.
+	Annotations map[string]string `mapstructure:"annotations"`
+	// Taints are set on the node at registration (like kubelet --register-with-taints).
+	Taints []StubTaint `mapstructure:"taints"`
+	// Capacity is the node's capacity; default cpu 4, memory 16Gi, pods 110,
+	// ephemeral-storage 100Gi.
+	Capacity StubResources `mapstructure:"capacity"`
+	// Allocatable is what pods may use; fields left empty take the capacity's value.
+	Allocatable StubResources `mapstructure:"allocatable"`
+	// Addresses are the node's addresses; the text "{name}" is replaced by the node name.
+	// Empty means InternalIP (from internal-ip-cidr) and Hostname (the node name).
+	Addresses []StubAddress `mapstructure:"addresses"`
+	// StartDelay keeps an admitted pod Pending (ContainerCreating) this long before it runs;
+	// default 0.
+	StartDelay time.Duration `mapstructure:"start-delay"`
+	// ReadyDelay is how long a running pod waits before its Ready condition turns True;
+	// default 0. The node annotation stub.miniplane.io/ready-delay overrides it.
+	ReadyDelay time.Duration `mapstructure:"ready-delay"`
+	// Faults injects failures, each applied to a share of pods given by its rate.
+	Faults StubFaults `mapstructure:"faults"`
+}
 
-// Validate reports the first problem with c.
-func (c KubeletStub) Validate() error { return nil }
+// StubResources lists the quantities a node offers. Quantities use the Kubernetes notation
+// ("500m", "16Gi").
+type StubResources struct {
+	CPU              string `mapstructure:"cpu"`
+	Memory           string `mapstructure:"memory"`
+	Pods             int    `mapstructure:"pods"`
+	EphemeralStorage string `mapstructure:"ephemeral-storage"`
+}
+
+// StubTaint is a node taint; effect is NoSchedule, PreferNoSchedule or NoExecute.
+type StubTaint struct {
+	Key    string `mapstructure:"key"`
+	Value  string `mapstructure:"value"`
+	Effect string `mapstructure:"effect"`
+}
+
+// StubAddress is a node address; type is InternalIP, ExternalIP, Hostname, InternalDNS or
+// ExternalDNS.
+type StubAddress struct {
+	Type    string `mapstructure:"type"`
+	Address string `mapstructure:"address"`
+}
+
+// StubFaults are the configured counterparts of the stub.miniplane.io/* node annotations.
+// An annotation on the node, when present, wins over the configuration.
+type StubFaults struct {
+	// RejectPods, when not empty, rejects new pods (phase Failed) with this reason.
+	RejectPods string `mapstructure:"reject-pods"`
+	// RejectRate is the share of new pods RejectPods applies to, 0..1; default 1 (all).
+	RejectRate float64 `mapstructure:"reject-rate"`
+	// FailAfter, when positive, fails running pods this long after they started.
+	FailAfter time.Duration `mapstructure:"fail-after"`
+	// FailRate is the share of admitted pods FailAfter applies to, 0..1; default 1 (all).
+	FailRate float64 `mapstructure:"fail-rate"`
+	// Conditions force node conditions, e.g. {MemoryPressure: "True"}. Keys match the
+	// condition type case-insensitively; values are True, False or Unknown.
+	Conditions map[string]string `mapstructure:"conditions"`
+	// StopHeartbeats stops status updates and lease renewals.
+	StopHeartbeats bool `mapstructure:"stop-heartbeats"`
+}
+
+// StubNodeOverride customises the node called Name; its fields override the template's when
+// they are not zero.
+type StubNodeOverride struct {
+	Name             string `mapstructure:"name"`
+	StubNodeTemplate `mapstructure:",squash"`
+}
+
+// DefaultKubeletStub returns the defaults: one fleet node named stub-node-0 with 4 cpus,
+// 16Gi of memory and 110 pods, heartbeating like a kubelet.
+func DefaultKubeletStub() KubeletStub {
+	return KubeletStub{
+		Nodes:              1,
+		NodePrefix:         DefaultStubNodePrefix,
+		HeartbeatInterval:  DefaultStubHeartbeatInterval,
+		ReportInterval:     DefaultStubReportInterval,
+		LeaseDuration:      DefaultStubLeaseDuration,
+		LeaseRenewInterval: DefaultStubLeaseRenewInterval,
+		HeartbeatWorkers:   16,
+		PodWorkers:         8,
+		RecordEvents:       true,
+		PodCIDR:            DefaultStubPodCIDR,
+		NodeCIDRMaskSize:   DefaultStubNodeCIDRMaskSize,
+		InternalIPCIDR:     DefaultStubInternalIPCIDR,
+		FaultSeed:          1,
+		Template: StubNodeTemplate{
+			Capacity: StubResources{CPU: "4", Memory: "16Gi", Pods: 110, EphemeralStorage: "100Gi"},
+			Faults:   StubFaults{RejectRate: 1, FailRate: 1},
+		},
+	}
+}
+
+// NodeNames returns the names of the nodes this configuration runs, in index order.
+func (c KubeletStub) NodeNames() []string {
+	if c.NodeName != "" {
+		return []string{c.NodeName}
+	}
+	names := make([]string, c.Nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", c.NodePrefix, i)
+	}
+	return names
+}
+
+// NodeTemplate returns the template of the named node: Template with the node's override
+// applied.
+func (c KubeletStub) NodeTemplate(name string) StubNodeTemplate {
+	t := c.Template
+	for _, o := range c.Overrides {
+		if o.Name == name {
+			t = t.merge(o.StubNodeTemplate)
+		}
+	}
+	return t
+}
+
+// merge returns t with the non-zero fields of o applied; maps are merged key by key.
+func (t StubNodeTemplate) merge(o StubNodeTemplate) StubNodeTemplate {
+	t.Labels = mergeStringMaps(t.Labels, o.Labels)
+	t.Annotations = mergeStringMaps(t.Annotations, o.Annotations)
+	if o.Taints != nil {
+		t.Taints = o.Taints
+	}
+	t.Capacity = t.Capacity.merge(o.Capacity)
+	t.Allocatable = t.Allocatable.merge(o.Allocatable)
+	if o.Addresses != nil {
+		t.Addresses = o.Addresses
+	}
+	if o.StartDelay != 0 {
+		t.StartDelay = o.StartDelay
+	}
+	if o.ReadyDelay != 0 {
+		t.ReadyDelay = o.ReadyDelay
+	}
+	f, of := t.Faults, o.Faults
+	if of.RejectPods != "" {
+		f.RejectPods = of.RejectPods
+	}
+	if of.RejectRate != 0 {
+		f.RejectRate = of.RejectRate
+	}
+	if of.FailAfter != 0 {
+		f.FailAfter = of.FailAfter
+	}
+	if of.FailRate != 0 {
+		f.FailRate = of.FailRate
+	}
+	f.Conditions = mergeStringMaps(f.Conditions, of.Conditions)
+	f.StopHeartbeats = f.StopHeartbeats || of.StopHeartbeats
+	t.Faults = f
+	return t
+}
+
+func (r StubResources) merge(o StubResources) StubResources {
+	if o.CPU != "" {
+		r.CPU = o.CPU
+	}
+	if o.Memory != "" {
+		r.Memory = o.Memory
+	}
+	if o.Pods != 0 {
+		r.Pods = o.Pods
+	}
+	if o.EphemeralStorage != "" {
+		r.EphemeralStorage = o.EphemeralStorage
+	}
+	return r
+}
+
+func mergeStringMaps(a, b map[string]string) map[string]string {
+	if len(b) == 0 {
+		return a
+	}
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// Validate reports the first problem with c, naming the flag or key.
+func (c KubeletStub) Validate() error {
+	if c.NodeName != "" && c.Nodes > 1 {
+		return errors.New("--node-name runs one node: do not combine it with --nodes > 1")
+	}
+	if c.NodeName == "" {
+		if c.Nodes < 1 {
+			return errors.New("--nodes must be at least 1 (or set --node-name)")
+		}
+		if c.NodePrefix == "" {
+			return errors.New("--node-prefix must not be empty")
+		}
+	}
+	names := c.NodeNames()
+	for _, name := range []string{names[0], names[len(names)-1]} {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return fmt.Errorf("node name %q: %s", name, strings.Join(errs, "; "))
+		}
+	}
+	if c.HealthListen != "" {
+		if _, _, err := net.SplitHostPort(c.HealthListen); err != nil {
+			return fmt.Errorf("--health-listen %q: %w", c.HealthListen, err)
+		}
+	}
+	if c.ClientBurst < 0 {
+		return errors.New("client-burst must not be negative")
+	}
+	switch {
+	case c.HeartbeatInterval <= 0:
+		return errors.New("heartbeat-interval must be positive")
+	case c.ReportInterval < c.HeartbeatInterval:
+		return errors.New("report-interval must not be shorter than heartbeat-interval")
+	case c.LeaseDuration <= 0 || c.LeaseDuration%time.Second != 0:
+		return errors.New("lease-duration must be a positive whole number of seconds")
+	case c.LeaseRenewInterval <= 0 || c.LeaseRenewInterval >= c.LeaseDuration:
+		return errors.New("lease-renew-interval must be positive and shorter than lease-duration")
+	case c.HeartbeatWorkers < 1:
+		return errors.New("heartbeat-workers must be at least 1")
+	case c.PodWorkers < 1:
+		return errors.New("pod-workers must be at least 1")
+	}
+	_, podNet, err := net.ParseCIDR(c.PodCIDR)
+	if err != nil || podNet.IP.To4() == nil {
+		return fmt.Errorf("pod-cidr %q must be an IPv4 CIDR", c.PodCIDR)
+	}
+	ones, _ := podNet.Mask.Size()
+	if c.NodeCIDRMaskSize < ones || c.NodeCIDRMaskSize > 30 {
+		return fmt.Errorf("node-cidr-mask-size must be between %d (the pod-cidr's) and 30", ones)
+	}
+	if blocks := 1 << (c.NodeCIDRMaskSize - ones); c.NodeName == "" && c.Nodes > blocks {
+		return fmt.Errorf("pod-cidr %s has %d blocks of /%d, fewer than --nodes %d", c.PodCIDR, blocks, c.NodeCIDRMaskSize, c.Nodes)
+	}
+	_, ipNet, err := net.ParseCIDR(c.InternalIPCIDR)
+	if err != nil || ipNet.IP.To4() == nil {
+		return fmt.Errorf("internal-ip-cidr %q must be an IPv4 CIDR", c.InternalIPCIDR)
+	}
+	if ipOnes, _ := ipNet.Mask.Size(); len(names)+2 > 1<<(32-ipOnes) {
+		return fmt.Errorf("internal-ip-cidr %s is too small for %d nodes", c.InternalIPCIDR, len(names))
+	}
+	if err := c.Template.validate("template", c.NodeCIDRMaskSize); err != nil {
+		return err
+	}
+	for i, o := range c.Overrides {
+		if o.Name == "" {
+			return fmt.Errorf("overrides[%d]: name is required", i)
+		}
+		if err := c.NodeTemplate(o.Name).validate(fmt.Sprintf("overrides[%d] (%s)", i, o.Name), c.NodeCIDRMaskSize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stubConditionTypes are the node conditions a stub reports, in the kubelet's order.
+var stubConditionTypes = []string{"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"}
+
+// StubConditionType returns the canonical spelling of a node condition type the stub reports
+// (matching case-insensitively, since viper lower-cases map keys), or false.
+func StubConditionType(name string) (string, bool) {
+	for _, t := range stubConditionTypes {
+		if strings.EqualFold(t, name) {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+// StubConditionStatus returns the canonical spelling of a condition status (True, False,
+// Unknown), matching case-insensitively, or false.
+func StubConditionStatus(value string) (string, bool) {
+	for _, s := range []string{"True", "False", "Unknown"} {
+		if strings.EqualFold(s, value) {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+func (t StubNodeTemplate) validate(where string, nodeMaskSize int) error {
+	for k, v := range t.Labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("%s: label key %q: %s", where, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("%s: label %s value %q: %s", where, k, v, strings.Join(errs, "; "))
+		}
+	}
+	for _, taint := range t.Taints {
+		if errs := validation.IsQualifiedName(taint.Key); len(errs) > 0 {
+			return fmt.Errorf("%s: taint key %q: %s", where, taint.Key, strings.Join(errs, "; "))
+		}
+		switch taint.Effect {
+		case "NoSchedule", "PreferNoSchedule", "NoExecute":
+		default:
+			return fmt.Errorf("%s: taint %s: effect must be NoSchedule, PreferNoSchedule or NoExecute, not %q", where, taint.Key, taint.Effect)
+		}
+	}
+	for name, r := range map[string]StubResources{"capacity": t.Capacity, "allocatable": t.Allocatable} {
+		for field, q := range map[string]string{"cpu": r.CPU, "memory": r.Memory, "ephemeral-storage": r.EphemeralStorage} {
+			if q == "" {
+				continue
+			}
+			if v, err := resource.ParseQuantity(q); err != nil || v.Sign() < 0 {
+				return fmt.Errorf("%s: %s %s %q is not a non-negative quantity", where, name, field, q)
+			}
+		}
+		if r.Pods < 0 {
+			return fmt.Errorf("%s: %s pods must not be negative", where, name)
+		}
+	}
+	if t.Capacity.CPU == "" || t.Capacity.Memory == "" || t.Capacity.Pods == 0 {
+		return fmt.Errorf("%s: capacity needs cpu, memory and pods", where)
+	}
+	maxPods := t.Capacity.Pods
+	if t.Allocatable.Pods != 0 {
+		maxPods = t.Allocatable.Pods
+	}
+	if ips := 1<<(32-nodeMaskSize) - 2; maxPods > ips {
+		return fmt.Errorf("%s: %d pods do not fit the %d pod IPs of a /%d node block", where, maxPods, ips, nodeMaskSize)
+	}
+	for _, a := range t.Addresses {
+		switch a.Type {
+		case "InternalIP", "ExternalIP", "Hostname", "InternalDNS", "ExternalDNS":
+		default:
+			return fmt.Errorf("%s: address type %q is not a node address type", where, a.Type)
+		}
+		if a.Address == "" {
+			return fmt.Errorf("%s: %s address is empty", where, a.Type)
+		}
+	}
+	switch {
+	case t.StartDelay < 0:
+		return fmt.Errorf("%s: start-delay must not be negative", where)
+	case t.ReadyDelay < 0:
+		return fmt.Errorf("%s: ready-delay must not be negative", where)
+	case t.Faults.RejectRate < 0 || t.Faults.RejectRate > 1:
+		return fmt.Errorf("%s: faults reject-rate must be between 0 and 1", where)
+	case t.Faults.FailRate < 0 || t.Faults.FailRate > 1:
+		return fmt.Errorf("%s: faults fail-rate must be between 0 and 1", where)
+	case t.Faults.FailAfter < 0:
+		return fmt.Errorf("%s: faults fail-after must not be negative", where)
+	}
+	for k, v := range t.Faults.Conditions {
+		if _, ok := StubConditionType(k); !ok {
+			return fmt.Errorf("%s: faults conditions: %q is not one of %s", where, k, strings.Join(stubConditionTypes, ", "))
+		}
+		if _, ok := StubConditionStatus(v); !ok {
+			return fmt.Errorf("%s: faults conditions: %s=%q must be True, False or Unknown", where, k, v)
+		}
+	}
+	return nil
+}

@@ -162,6 +162,25 @@ func (gc *GarbageCollector) processDeletingDependents(ctx context.Context, item 
 	if obj == nil {
 		return nil
 	}
+	// Dropping the finalizer cannot be undone: confirm on a live read that no blocking
+	// dependent exists that the informers have not delivered yet.
+	live, err := gc.liveDependents(ctx, item)
+	if err != nil {
+		return err
+	}
+	for _, d := range live {
+		for _, ref := range d.obj.GetOwnerReferences() {
+			if ref.UID == item.uid && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
+				blocking++
+			}
+		}
+		if d.obj.GetDeletionTimestamp() == nil {
+			gc.attemptToDelete.Add(d.ref)
+		}
+	}
+	if blocking > 0 {
+		return fmt.Errorf("%d dependents of %s %s not yet in the cache", blocking, gc.resources[item.res].name, item.key())
+	}
 	gc.logger.Debug("dependents are gone; removing finalizer", "resource", gc.resources[item.res].name,
 		"object", item.key(), "finalizer", metav1.FinalizerDeleteDependents)
 	return gc.updateObject(ctx, item, obj, func(m metav1.Object) bool {
@@ -177,11 +196,15 @@ func (gc *GarbageCollector) orphanDependents(ctx context.Context, item objectRef
 		return nil
 	}
 	drop := map[types.UID]bool{item.uid: true}
-	for _, d := range gc.dependents(item.uid) {
-		depObj, _ := gc.cached(d.ref)
-		if depObj == nil {
-			continue
-		}
+	// Orphan what a live read finds, not only what the cache holds: a dependent created just
+	// before its owner was deleted may not have reached the informer, and once the finalizer
+	// is gone it would be collected as the dependent of a missing owner.
+	live, err := gc.liveDependents(ctx, item)
+	if err != nil {
+		return err
+	}
+	for _, d := range live {
+		depObj := d.live
 		if err := gc.updateObject(ctx, d.ref, depObj, func(m metav1.Object) bool {
 			return removeOwnerRefs(m, drop)
 		}); err != nil {
@@ -314,6 +337,40 @@ func (gc *GarbageCollector) deleteObject(ctx context.Context, item objectRef, po
 	default:
 		return fmt.Errorf("deleting %s %s: %w", r.name, item.key(), err)
 	}
+}
+
+// liveDependent is a dependent read live from the API server.
+type liveDependent struct {
+	dependent
+	live runtime.Object
+}
+
+// liveDependents lists, straight from the API server, the objects in the owner's namespace
+// of every served resource that name the owner. Only the irreversible decisions use it.
+func (gc *GarbageCollector) liveDependents(ctx context.Context, owner objectRef) ([]liveDependent, error) {
+	var out []liveDependent
+	for i, r := range gc.resources {
+		if r.list == nil {
+			continue
+		}
+		objs, err := r.list(ctx, owner.namespace)
+		if err != nil {
+			return nil, fmt.Errorf("listing %s: %w", r.name, err)
+		}
+		for _, obj := range objs {
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				continue
+			}
+			for _, ref := range m.GetOwnerReferences() {
+				if ref.UID == owner.uid {
+					out = append(out, liveDependent{dependent: dependent{ref: gc.ref(i, m), obj: m}, live: obj})
+					break
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 func removeOwnerRefs(m metav1.Object, drop map[types.UID]bool) bool {

@@ -29,6 +29,8 @@ type resource struct {
 	get         func(ctx context.Context, namespace, name string) (runtime.Object, error)
 	update      func(ctx context.Context, obj runtime.Object) error
 	delete      func(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error
+	// list reads the objects of a namespace live, bypassing the informer.
+	list func(ctx context.Context, namespace string) ([]runtime.Object, error)
 }
 
 // servedResources returns the kinds the collector tracks, both as owners and as dependents.
@@ -48,6 +50,17 @@ func servedResources(client kubernetes.Interface, factory informers.SharedInform
 			delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
 				return client.CoreV1().Pods(ns).Delete(ctx, name, opts)
 			},
+			list: func(ctx context.Context, ns string) ([]runtime.Object, error) {
+				l, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return nil, err
+				}
+				out := make([]runtime.Object, len(l.Items))
+				for i := range l.Items {
+					out[i] = &l.Items[i]
+				}
+				return out, nil
+			},
 		},
 		{
 			group: "apps", kind: "DaemonSet", name: "daemonsets", namespaced: true,
@@ -63,6 +76,17 @@ func servedResources(client kubernetes.Interface, factory informers.SharedInform
 			delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
 				return client.AppsV1().DaemonSets(ns).Delete(ctx, name, opts)
 			},
+			list: func(ctx context.Context, ns string) ([]runtime.Object, error) {
+				l, err := client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return nil, err
+				}
+				out := make([]runtime.Object, len(l.Items))
+				for i := range l.Items {
+					out[i] = &l.Items[i]
+				}
+				return out, nil
+			},
 		},
 		{
 			group: "apps", kind: "ControllerRevision", name: "controllerrevisions", namespaced: true,
@@ -77,6 +101,17 @@ func servedResources(client kubernetes.Interface, factory informers.SharedInform
 			},
 			delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
 				return client.AppsV1().ControllerRevisions(ns).Delete(ctx, name, opts)
+			},
+			list: func(ctx context.Context, ns string) ([]runtime.Object, error) {
+				l, err := client.AppsV1().ControllerRevisions(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return nil, err
+				}
+				out := make([]runtime.Object, len(l.Items))
+				for i := range l.Items {
+					out[i] = &l.Items[i]
+				}
+				return out, nil
 			},
 		},
 	}

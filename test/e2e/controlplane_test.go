@@ -155,20 +155,20 @@ func TestSchedulerBindsPodThatThenRuns(t *testing.T) {
 		p, err := client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning, err
 	})
-	events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "web").String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, e := range events.Items {
-		if e.Reason == "Scheduled" && e.Source.Component == "default-scheduler" && strings.HasPrefix(e.Message, "Successfully assigned default/web to node-") {
-			found = true
+	// The scheduler records its event asynchronously, possibly after the kubelet ran the pod.
+	cpEventually(t, 30*time.Second, "the Scheduled event", func() (bool, error) {
+		events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "web").String()})
+		if err != nil {
+			return false, err
 		}
-	}
-	if !found {
-		t.Fatalf("no Scheduled event among %d events", len(events.Items))
-	}
+		for _, e := range events.Items {
+			if e.Reason == "Scheduled" && e.Source.Component == "default-scheduler" && strings.HasPrefix(e.Message, "Successfully assigned default/web to node-") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 func TestUnschedulablePodReportsWhy(t *testing.T) {

@@ -1,0 +1,408 @@
+package kubeletstub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/configs"
+)
+
+// UserAgent identifies the stub's requests in the API server's logs and metrics.
+const UserAgent = "miniplane-kubeletstub"
+
+// Pod sync retry backoff: conflicts from a stale cache clear within milliseconds; an API
+// server that is down is retried up to every 30s.
+const (
+	podRetryInitial = 5 * time.Millisecond
+	podRetryMax     = 30 * time.Second
+)
+
+// Options are a Fleet's collaborators; every field is optional.
+type Options struct {
+	// Clock drives heartbeats, delays and fault timers; nil means the real clock.
+	Clock clock.WithTicker
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Client, when set, is used instead of a clientset built from the rest config; tests
+	// pass client-go's fake clientset here (and a nil rest config).
+	Client kubernetes.Interface
+	// Registerer receives the fleet's Prometheus metrics; nil keeps them unregistered.
+	// Fleets sharing a registerer share (add up) their metrics.
+	Registerer prometheus.Registerer
+}
+
+// Fleet is one process's stub kubelets: one node or many, sharing one node informer, one
+// pod informer, one heartbeat timer queue and one pod work queue.
+type Fleet struct {
+	cfg    configs.KubeletStub
+	client kubernetes.Interface
+	clock  clock.WithTicker
+	log    *slog.Logger
+
+	nodes  []*stubNode
+	byName map[string]*stubNode
+
+	nodeFactory  informers.SharedInformerFactory
+	podFactory   informers.SharedInformerFactory
+	nodeInformer cache.SharedIndexInformer
+	podInformer  cache.SharedIndexInformer
+
+	registrar *registrar
+	heartbeat *heartbeater
+	pods      *podController
+	metrics   *metrics
+	// timers are the delaying layers of the three queues, started by Run.
+	timers []interface{ start() }
+
+	readyNodes atomic.Int64
+	ready      atomic.Bool
+	running    atomic.Bool
+}
+
+// ClientConfig returns a copy of restConfig for a fleet described by cfg: user agent
+// "miniplane-kubeletstub", JSON unless a content type is set, and a client rate limit sized
+// to the fleet, because client-go's default (5 QPS, burst 10) would starve it. In steady
+// state every node renews its Lease each lease-renew-interval (500 requests/s for 5,000
+// nodes at the 10s default); at start each node needs two requests (Node and Lease create)
+// and pods come in bursts. So unless cfg sets client-qps/client-burst, QPS is 200 + N (for
+// 5,000 nodes 5,200) and Burst twice that, or restConfig's own values when higher: in
+// practice the fleet is limited by its worker counts and the server's latency, not by the
+// client. A rate limiter already set on restConfig is dropped so these limits apply.
+func ClientConfig(cfg configs.KubeletStub, restConfig *rest.Config) *rest.Config {
+	rc := rest.CopyConfig(restConfig)
+	rc.UserAgent = UserAgent
+	if rc.ContentType == "" {
+		// client-go defaults to protobuf for built-in types; miniplane answers in JSON
+		// anyway, so the stub uses JSON both ways.
+		rc.ContentType = runtime.ContentTypeJSON
+		rc.AcceptContentTypes = runtime.ContentTypeJSON
+	}
+	qps := max(float32(200+len(cfg.NodeNames())), restConfig.QPS)
+	if cfg.ClientQPS != 0 {
+		qps = cfg.ClientQPS
+	}
+	burst := max(int(2*qps), restConfig.Burst)
+	if cfg.ClientBurst > 0 {
+		burst = cfg.ClientBurst
+	}
+	rc.QPS, rc.Burst, rc.RateLimiter = qps, max(burst, 1), nil
+	return rc
+}
+
+// New validates cfg and builds the fleet it describes. restConfig carries the fleet's
+// credentials (a node identity in group system:nodes); its QPS and Burst are raised as
+// ClientConfig describes. Nothing talks to the API server before Run.
+func New(cfg configs.KubeletStub, restConfig *rest.Config, opts Options) (*Fleet, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kubeletstub: %w", err)
+	}
+	f := &Fleet{cfg: cfg, client: opts.Client, clock: opts.Clock, log: opts.Logger}
+	if f.clock == nil {
+		f.clock = clock.RealClock{}
+	}
+	if f.log == nil {
+		f.log = slog.Default()
+	}
+	f.log = f.log.With("component", "kubeletstub")
+	if f.client == nil {
+		if restConfig == nil {
+			return nil, errors.New("kubeletstub: a rest config or Options.Client is required")
+		}
+		client, err := kubernetes.NewForConfig(ClientConfig(cfg, restConfig))
+		if err != nil {
+			return nil, fmt.Errorf("kubeletstub: client: %w", err)
+		}
+		f.client = client
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var err error
+	if f.metrics, err = newMetrics(reg); err != nil {
+		return nil, fmt.Errorf("kubeletstub: metrics: %w", err)
+	}
+
+	names := cfg.NodeNames()
+	f.byName = make(map[string]*stubNode, len(names))
+	resources := resourceCache{}
+	for i, name := range names {
+		n, err := newStubNode(&cfg, name, i, resources)
+		if err != nil {
+			return nil, fmt.Errorf("kubeletstub: %w", err)
+		}
+		f.nodes = append(f.nodes, n)
+		f.byName[name] = n
+	}
+	f.metrics.nodes.WithLabelValues("configured").Add(float64(len(names)))
+
+	f.buildInformers()
+	f.buildLoops()
+	if err := f.addHandlers(); err != nil {
+		return nil, fmt.Errorf("kubeletstub: %w", err)
+	}
+	return f, nil
+}
+
+// buildInformers sets up the fleet's only two watches. One node watches with field
+// selectors, as a kubelet does; a fleet watches every node and every bound pod and filters
+// by name, because field selectors cannot say "one of these 5,000 names".
+func (f *Fleet) buildInformers() {
+	nodeSelector, podSelector := fields.Everything(), fields.OneTermNotEqualSelector("spec.nodeName", "")
+	if f.cfg.NodeName != "" {
+		nodeSelector = fields.OneTermEqualSelector("metadata.name", f.cfg.NodeName)
+		podSelector = fields.OneTermEqualSelector("spec.nodeName", f.cfg.NodeName)
+	}
+	f.nodeFactory = informers.NewSharedInformerFactoryWithOptions(f.client, 0,
+		informers.WithTransform(trimObject),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = nodeSelector.String() }))
+	f.podFactory = informers.NewSharedInformerFactoryWithOptions(f.client, 0,
+		informers.WithTransform(trimObject),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = podSelector.String() }))
+	f.nodeInformer = f.nodeFactory.Core().V1().Nodes().Informer()
+	f.podInformer = f.podFactory.Core().V1().Pods().Informer()
+}
+
+// trimObject drops managed fields from cached objects: the stub never reads them, and with
+// thousands of nodes they would be most of the cache.
+func trimObject(obj any) (any, error) {
+	if acc, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		acc.GetObjectMeta().SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func (f *Fleet) buildLoops() {
+	nodeLister := f.nodeFactory.Core().V1().Nodes().Lister()
+	f.heartbeat = &heartbeater{
+		client:               f.client,
+		nodeLister:           nodeLister,
+		nodes:                f.nodes,
+		clock:                f.clock,
+		queue:                newTimerQueue[beatKey](f.clock),
+		log:                  f.log,
+		metrics:              f.metrics,
+		heartbeatInterval:    f.cfg.HeartbeatInterval,
+		reportInterval:       f.cfg.ReportInterval,
+		renewInterval:        f.cfg.LeaseRenewInterval,
+		leaseDurationSeconds: int32(f.cfg.LeaseDuration / time.Second),
+		onBeat:               f.onBeat,
+	}
+	registrationTimers := newTimerQueue[int32](f.clock)
+	f.registrar = &registrar{
+		client:     f.client,
+		nodeLister: nodeLister,
+		nodes:      f.nodes,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[int32](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[int32]{DelayingQueue: registrationTimers}),
+		clock:        f.clock,
+		log:          f.log,
+		onRegistered: f.onRegistered,
+	}
+	podTimers := newTimerQueue[string](f.clock)
+	f.pods = &podController{
+		client:     f.client,
+		podLister:  f.podFactory.Core().V1().Pods().Lister(),
+		podIndexer: f.podInformer.GetIndexer(),
+		nodeLister: nodeLister,
+		nodes:      f.byName,
+		clock:      f.clock,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](podRetryInitial, podRetryMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{DelayingQueue: podTimers}),
+		timers:  podTimers,
+		log:     f.log,
+		metrics: f.metrics,
+	}
+	f.timers = []interface{ start() }{f.heartbeat.queue, registrationTimers, podTimers}
+}
+
+// addHandlers ties the loops together: node events poke the heartbeater and re-queue the
+// node's pods when its fault annotations change; pod events queue pods bound to the fleet.
+func (f *Fleet) addHandlers() error {
+	if err := f.podInformer.AddIndexers(cache.Indexers{podNodeIndex: indexPodByNode}); err != nil {
+		return err
+	}
+	if _, err := f.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				f.pods.enqueue(pod)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				f.pods.enqueue(pod)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if pod, ok := podFromDeleted(obj); ok {
+				f.pods.forget(pod)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	_, err := f.nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			node, ok := obj.(*corev1.Node)
+			if !ok {
+				return
+			}
+			if n, ok := f.byName[node.Name]; ok {
+				f.reportAnnotationProblems(n, node)
+				f.heartbeat.poke(n, beatStatus)
+				f.heartbeat.poke(n, beatLease)
+				f.pods.enqueueNode(n.name)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*corev1.Node)
+			node, ok2 := obj.(*corev1.Node)
+			if !ok1 || !ok2 {
+				return
+			}
+			n, ok := f.byName[node.Name]
+			if !ok || !faultAnnotationsChanged(old.Annotations, node.Annotations) {
+				return
+			}
+			f.log.Info("node fault annotations changed", "node", n.name)
+			f.reportAnnotationProblems(n, node)
+			f.heartbeat.poke(n, beatStatus)
+			f.heartbeat.poke(n, beatLease)
+			f.pods.enqueueNode(n.name)
+		},
+	})
+	return err
+}
+
+func (f *Fleet) reportAnnotationProblems(n *stubNode, node *corev1.Node) {
+	for _, err := range annotationProblems(node.Annotations) {
+		f.log.Warn("ignoring malformed fault annotation", "node", n.name, "err", err)
+	}
+}
+
+// onRegistered is the registrar's callback: the node exists, so its heartbeats start.
+func (f *Fleet) onRegistered(n *stubNode) {
+	if f.mark(n, progressRegistered) {
+		f.metrics.nodes.WithLabelValues("registered").Inc()
+		f.heartbeat.begin(n)
+	}
+}
+
+// onBeat is the heartbeater's callback: it counts nodes that have sent their first status
+// and lease, which is what Ready reports.
+func (f *Fleet) onBeat(n *stubNode, kind beatKind) {
+	bit := progressStatus
+	if kind == beatLease {
+		bit = progressLease
+	}
+	f.mark(n, bit)
+}
+
+// mark sets a progress bit of n and reports whether it was newly set; the node that
+// completes its progress is counted ready.
+func (f *Fleet) mark(n *stubNode, bit uint32) bool {
+	for {
+		old := n.progress.Load()
+		if old&bit != 0 {
+			return false
+		}
+		if !n.progress.CompareAndSwap(old, old|bit) {
+			continue
+		}
+		if old|bit == progressAll {
+			f.metrics.nodes.WithLabelValues("ready").Inc()
+			if f.readyNodes.Add(1) == int64(len(f.nodes)) {
+				f.ready.Store(true)
+				f.log.Info("all stub nodes registered and heartbeating", "nodes", len(f.nodes))
+			}
+		}
+		return true
+	}
+}
+
+// Ready reports whether every node is registered and has sent its first status and Lease
+// (a node whose heartbeats are stopped by a fault counts once it has been checked). It backs
+// /readyz.
+func (f *Fleet) Ready() bool { return f.ready.Load() }
+
+// NodeNames returns the names of the fleet's nodes, in index order.
+func (f *Fleet) NodeNames() []string {
+	out := make([]string, len(f.nodes))
+	for i, n := range f.nodes {
+		out[i] = n.name
+	}
+	return out
+}
+
+// Run registers the nodes and runs their heartbeats and pods until ctx is cancelled, then
+// stops every goroutine it started and returns nil. It may be called once.
+func (f *Fleet) Run(ctx context.Context) error {
+	if !f.running.CompareAndSwap(false, true) {
+		return errors.New("kubeletstub: Run may be called once")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var broadcaster record.EventBroadcaster
+	if f.cfg.RecordEvents {
+		broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: f.client.CoreV1().Events("")})
+		f.pods.newRecorder = func(node string) record.EventRecorder {
+			return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: node})
+		}
+	}
+
+	f.nodeFactory.Start(ctx.Done())
+	f.podFactory.Start(ctx.Done())
+	var wg sync.WaitGroup
+	for _, t := range f.timers {
+		t.start()
+	}
+	if cache.WaitForCacheSync(ctx.Done(), f.nodeInformer.HasSynced, f.podInformer.HasSynced) {
+		f.heartbeat.origin = f.clock.Now()
+		workers := f.cfg.HeartbeatWorkers
+		for range workers {
+			wg.Go(func() { f.registrar.worker(ctx) })
+			wg.Go(func() { f.heartbeat.worker(ctx) })
+		}
+		for range f.cfg.PodWorkers {
+			wg.Go(func() { f.pods.worker(ctx) })
+		}
+		f.registrar.enqueueAll()
+		f.log.Info("stub kubelets started", "nodes", len(f.nodes), "first", f.nodes[0].name)
+	}
+	<-ctx.Done()
+	f.registrar.queue.ShutDown()
+	f.heartbeat.queue.ShutDown()
+	f.pods.queue.ShutDown()
+	wg.Wait()
+	f.nodeFactory.Shutdown()
+	f.podFactory.Shutdown()
+	if broadcaster != nil {
+		broadcaster.Shutdown()
+	}
+	f.log.Info("stub kubelets stopped", "nodes", len(f.nodes))
+	return nil
+}

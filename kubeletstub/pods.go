@@ -1,0 +1,349 @@
+package kubeletstub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/controllers/placement"
+)
+
+// podNodeIndex indexes the shared pod informer by spec.nodeName.
+const podNodeIndex = "spec.nodeName"
+
+func indexPodByNode(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return nil, nil
+	}
+	return []string{pod.Spec.NodeName}, nil
+}
+
+// podController plays the kubelet's part for pods bound to the fleet's nodes: admission,
+// Pending → Running → Ready, injected failures, and stopping and deleting deleted pods. Its
+// sync is level-based: the status is computed from the pod, the node's record of it, the
+// faults and the clock, written only when it differs, and the key is re-queued for the next
+// moment the status changes by itself (start delay, ready delay, fail-after).
+type podController struct {
+	client     kubernetes.Interface
+	podLister  corelisters.PodLister
+	podIndexer cache.Indexer
+	nodeLister corelisters.NodeLister
+	nodes      map[string]*stubNode
+	clock      clock.WithTicker
+	queue      workqueue.TypedRateLimitingInterface[string]
+	// timers is the queue's delaying layer, for re-syncs at a computed instant.
+	timers  *timerQueue[string]
+	log     *slog.Logger
+	metrics *metrics
+	// newRecorder returns a node's event recorder; nil records no events.
+	newRecorder func(node string) record.EventRecorder
+}
+
+func (c *podController) enqueue(pod *corev1.Pod) {
+	if _, ok := c.nodes[pod.Spec.NodeName]; !ok {
+		return
+	}
+	key, err := cache.MetaNamespaceKeyFunc(pod)
+	if err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// enqueueNode queues every pod bound to the node, e.g. when its fault annotations change.
+func (c *podController) enqueueNode(name string) {
+	objs, err := c.podIndexer.ByIndex(podNodeIndex, name)
+	if err != nil {
+		return
+	}
+	for _, obj := range objs {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			c.enqueue(pod)
+		}
+	}
+}
+
+// forget drops the record of a pod that is gone.
+func (c *podController) forget(pod *corev1.Pod) {
+	if n, ok := c.nodes[pod.Spec.NodeName]; ok {
+		n.mu.Lock()
+		delete(n.pods, pod.UID)
+		n.mu.Unlock()
+	}
+}
+
+func (c *podController) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *podController) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	wakeAt, err := c.sync(ctx, key)
+	c.metrics.podSyncs.Inc()
+	if err != nil {
+		c.metrics.podSyncErrors.Inc()
+		if ctx.Err() == nil {
+			c.log.Debug("pod sync failed", "pod", key, "err", err)
+		}
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	if !wakeAt.IsZero() {
+		c.timers.AddAt(key, wakeAt)
+	}
+	return true
+}
+
+// sync brings one pod one step closer to what its node says about it, and returns when the
+// pod's status next changes by itself (zero: never).
+func (c *podController) sync(ctx context.Context, key string) (time.Time, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return time.Time{}, nil
+	}
+	pod, err := c.podLister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	n, ok := c.nodes[pod.Spec.NodeName]
+	if !ok {
+		return time.Time{}, nil
+	}
+	if pod.DeletionTimestamp != nil {
+		return time.Time{}, c.stop(ctx, n, pod)
+	}
+	if placement.IsTerminal(pod) {
+		c.forget(pod)
+		return time.Time{}, nil
+	}
+	node, err := c.nodeLister.Get(n.name)
+	if apierrors.IsNotFound(err) {
+		return time.Time{}, nil // not registered yet: the node's add event re-queues its pods
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	f := currentFaults(&n.tmpl, node.Annotations)
+	now := c.clock.Now()
+	rec, err := c.record(n, pod, node, f, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+
+	var (
+		want corev1.PodStatus
+		wake time.Duration
+	)
+	if rec.rejected != nil {
+		want = rejectedStatus(pod, rec.rejected)
+	} else {
+		want, wake = startedStatus(pod, n.hostIP, rec, timeline(rec, n.tmpl.StartDelay, f), now)
+	}
+	var wakeAt time.Time
+	if wake > 0 {
+		wakeAt = now.Add(wake)
+	}
+	if equality.Semantic.DeepEqual(want, pod.Status) {
+		rec.written = nil
+		return wakeAt, nil
+	}
+	if rec.written != nil && equality.Semantic.DeepEqual(want, *rec.written) {
+		return wakeAt, nil // written already; the cache has not caught up
+	}
+	if err := c.writeStatus(ctx, pod, want); err != nil {
+		return time.Time{}, err
+	}
+	rec.written = &want
+	if rec.rejected != nil {
+		c.event(n, pod, corev1.EventTypeWarning, rec.rejected.reason, rec.rejected.message)
+	}
+	return wakeAt, nil
+}
+
+// record returns the node's record of pod, admitting the pod first if the node has not
+// decided about it yet. Admission is serialized per node so that two pods cannot both take
+// the last free resources or the same IP.
+func (c *podController) record(n *stubNode, pod *corev1.Pod, node *corev1.Node, f faults, now time.Time) (*podRecord, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if rec, ok := n.pods[pod.UID]; ok {
+		return rec, nil
+	}
+	if pod.Status.StartTime != nil {
+		// Admitted by an earlier run of this stub: keep what it decided.
+		rec := &podRecord{admitted: true, start: *pod.Status.StartTime, ip: pod.Status.PodIP}
+		if rec.ip == "" {
+			var err error
+			if rec.ip, err = c.podIP(n, pod, node); err != nil {
+				return nil, err
+			}
+		}
+		n.pods[pod.UID] = rec
+		return rec, nil
+	}
+	rec := &podRecord{}
+	if f.rejectReason != "" && n.chance(f.rejectRate) {
+		rec.rejected = &admission{reason: f.rejectReason, message: rejectedPrefix + "injected by " + f.rejectSource}
+	} else if a := admit(pod, node, c.admittedPods(n, pod)); !a.admitted {
+		rec.rejected = &a
+	}
+	if rec.rejected != nil {
+		c.metrics.admissions.WithLabelValues("rejected", rec.rejected.reason).Inc()
+		c.log.Debug("pod rejected", "node", n.name, "pod", pod.Namespace+"/"+pod.Name, "reason", rec.rejected.reason)
+		n.pods[pod.UID] = rec
+		return rec, nil
+	}
+	ip, err := c.podIP(n, pod, node)
+	if err != nil {
+		return nil, err
+	}
+	rec.admitted, rec.ip, rec.start = true, ip, ts(now)
+	if cf := n.tmpl.Faults; cf.FailAfter > 0 && n.chance(cf.FailRate) {
+		rec.failAfter = cf.FailAfter
+	}
+	c.metrics.admissions.WithLabelValues("admitted", "").Inc()
+	n.pods[pod.UID] = rec
+	return rec, nil
+}
+
+// admittedPods lists the pods the node runs besides pod: those it admitted and has not
+// stopped, and those an earlier run admitted (they have a start time). Callers hold n.mu.
+func (c *podController) admittedPods(n *stubNode, pod *corev1.Pod) []*corev1.Pod {
+	objs, _ := c.podIndexer.ByIndex(podNodeIndex, n.name)
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.UID == pod.UID || placement.IsTerminal(p) {
+			continue
+		}
+		if rec, ok := n.pods[p.UID]; ok {
+			if rec.admitted && !rec.stopped {
+				out = append(out, p)
+			}
+			continue
+		}
+		if p.Status.StartTime != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// podIP picks the pod's IP: the node's InternalIP for host-network pods, else a free address
+// of the node's pod CIDR (the Node's spec.podCIDR, or the configured block). Callers hold
+// n.mu.
+func (c *podController) podIP(n *stubNode, pod *corev1.Pod, node *corev1.Node) (string, error) {
+	if pod.Spec.HostNetwork {
+		return n.hostIP, nil
+	}
+	block := node.Spec.PodCIDR
+	if block == "" {
+		block = n.podCIDR
+	}
+	used := map[string]bool{}
+	for _, rec := range n.pods {
+		if rec.ip != "" && !rec.stopped {
+			used[rec.ip] = true
+		}
+	}
+	objs, _ := c.podIndexer.ByIndex(podNodeIndex, n.name)
+	for _, obj := range objs {
+		if p, ok := obj.(*corev1.Pod); ok && p.Status.PodIP != "" && !placement.IsTerminal(p) {
+			used[p.Status.PodIP] = true
+		}
+	}
+	return n.allocateIP(block, used)
+}
+
+// stop plays the kubelet's part in a deletion: the containers are stopped (their statuses
+// say terminated) and the pod is then deleted with grace period 0. A pod that never ran or
+// has finished is deleted at once.
+func (c *podController) stop(ctx context.Context, n *stubNode, pod *corev1.Pod) error {
+	n.mu.Lock()
+	rec, ok := n.pods[pod.UID]
+	if !ok {
+		rec = &podRecord{}
+		n.pods[pod.UID] = rec
+	}
+	n.mu.Unlock()
+	if !placement.IsTerminal(pod) && !rec.stopped {
+		if err := c.writeStatus(ctx, pod, stoppedStatus(pod, c.clock.Now())); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		rec.stopped = true
+		n.mu.Unlock()
+	}
+	zero := int64(0)
+	uid := pod.UID
+	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero,
+		Preconditions:      &metav1.Preconditions{UID: &uid},
+	})
+	switch {
+	case err == nil:
+		c.metrics.podWrites.WithLabelValues("delete").Inc()
+		c.log.Debug("pod deleted", "node", n.name, "pod", pod.Namespace+"/"+pod.Name)
+		return nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return nil // gone, or replaced by a new pod of the same name
+	default:
+		return fmt.Errorf("delete pod: %w", err)
+	}
+}
+
+// writeStatus replaces the pod's status. It is an UPDATE with the cached resourceVersion, so
+// a stale cache ends in a conflict and a retry from fresher data rather than in a status
+// computed from old facts.
+func (c *podController) writeStatus(ctx context.Context, pod *corev1.Pod, status corev1.PodStatus) error {
+	p := pod.DeepCopy()
+	p.Status = status
+	if _, err := c.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update pod status: %w", err)
+	}
+	c.metrics.podWrites.WithLabelValues("status").Inc()
+	return nil
+}
+
+func (c *podController) event(n *stubNode, pod *corev1.Pod, eventType, reason, message string) {
+	if c.newRecorder == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.recorder == nil {
+		n.recorder = c.newRecorder(n.name)
+	}
+	r := n.recorder
+	n.mu.Unlock()
+	r.Event(pod, eventType, reason, message)
+}
+
+// podFromDeleted returns the pod of a delete event, which may be the last known state.
+func podFromDeleted(obj any) (*corev1.Pod, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
+}

@@ -1,0 +1,170 @@
+package kubeletstub
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// statusUpdates counts pod status updates per pod.
+func (tf *testFleet) statusUpdates() map[string]int {
+	out := map[string]int{}
+	for _, a := range tf.client.Actions() {
+		if u, ok := a.(clienttesting.UpdateAction); ok && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" {
+			out[u.GetObject().(metav1.Object).GetName()]++
+		}
+	}
+	return out
+}
+
+func TestPodLifecycle(t *testing.T) {
+	cfg := testConfig(1)
+	cfg.Template.ReadyDelay = 5 * time.Second
+	tf := newTestFleet(t, cfg)
+	tf.waitReady(t)
+	tf.createPod(t, newPod(podSpec{name: "a", node: "n-0"}))
+	tf.createPod(t, newPod(podSpec{name: "b", node: "n-0"}))
+	tf.createPod(t, newPod(podSpec{name: "elsewhere", node: "not-ours"}))
+
+	a := tf.waitPhase(t, "a", corev1.PodRunning)
+	b := tf.waitPhase(t, "b", corev1.PodRunning)
+	_, block, _ := net.ParseCIDR("10.128.0.0/24")
+	for _, p := range []*corev1.Pod{a, b} {
+		if p.Status.StartTime == nil || !p.Status.StartTime.Time.Equal(t0) {
+			t.Errorf("%s startTime = %v, want t0", p.Name, p.Status.StartTime)
+		}
+		if ip := net.ParseIP(p.Status.PodIP); ip == nil || !block.Contains(ip) || len(p.Status.PodIPs) != 1 {
+			t.Errorf("%s podIP = %q (%v), want one IP in %s", p.Name, p.Status.PodIP, p.Status.PodIPs, block)
+		}
+		if p.Status.HostIP != "172.16.0.1" {
+			t.Errorf("%s hostIP = %q, want the node's InternalIP", p.Name, p.Status.HostIP)
+		}
+		if len(p.Status.ContainerStatuses) != 1 {
+			t.Fatalf("%s container statuses = %+v", p.Name, p.Status.ContainerStatuses)
+		}
+		cs := p.Status.ContainerStatuses[0]
+		if cs.Name != "app" || cs.State.Running == nil || !cs.State.Running.StartedAt.Time.Equal(t0) || cs.Ready || cs.Image != "registry.example/app:1" {
+			t.Errorf("%s container status = %+v, want app running since t0, not ready", p.Name, cs)
+		}
+		if podReady(p) {
+			t.Errorf("%s is Ready before the ready delay", p.Name)
+		}
+		for _, typ := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.PodReadyToStartContainers} {
+			if c := findPodCondition(p, typ); c == nil || c.Status != corev1.ConditionTrue {
+				t.Errorf("%s condition %s = %+v, want True", p.Name, typ, c)
+			}
+		}
+	}
+	if a.Status.PodIP == b.Status.PodIP {
+		t.Errorf("pods a and b share IP %s", a.Status.PodIP)
+	}
+	if p := tf.pod(t, "elsewhere"); p.Status.Phase != corev1.PodPending {
+		t.Errorf("a pod bound to another node was touched: %+v", p.Status)
+	}
+
+	tf.clock.Step(5 * time.Second)
+	eventually(t, "a and b turn Ready", func() bool { return podReady(tf.pod(t, "a")) && podReady(tf.pod(t, "b")) })
+	a = tf.pod(t, "a")
+	if c := findPodCondition(a, corev1.PodReady); !c.LastTransitionTime.Time.Equal(t0.Add(5 * time.Second)) {
+		t.Errorf("Ready transition at t0+%s, want t0+5s", c.LastTransitionTime.Time.Sub(t0))
+	}
+	if !a.Status.ContainerStatuses[0].Ready {
+		t.Errorf("container not ready: %+v", a.Status.ContainerStatuses[0])
+	}
+
+	// A steady pod is not written again, even when its node's pods are all re-synced.
+	writes := tf.statusUpdates()
+	syncs := counterValue(t, tf.metrics.podSyncs)
+	tf.clock.Step(time.Minute)
+	tf.annotate(t, "n-0", AnnotationReadyDelay, ptr("1s"))
+	eventually(t, "a and b re-synced", func() bool { return counterValue(t, tf.metrics.podSyncs) >= syncs+2 })
+	if got := tf.statusUpdates(); got["a"] != writes["a"] || got["b"] != writes["b"] {
+		t.Errorf("steady pods rewritten: before %v, after %v", writes, got)
+	}
+
+	// Deletion: containers are stopped (terminated), then the pod is deleted with grace 0.
+	a.DeletionTimestamp = ptr(metav1.NewTime(tf.clock.Now()))
+	if _, err := tf.client.CoreV1().Pods("default").Update(context.Background(), a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a is deleted", func() bool {
+		_, err := tf.client.CoreV1().Pods("default").Get(context.Background(), "a", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	var stopped *corev1.Pod
+	var deleteOpts *metav1.DeleteOptions
+	for _, act := range tf.client.Actions() {
+		switch act := act.(type) {
+		case clienttesting.UpdateAction:
+			if p, ok := act.GetObject().(*corev1.Pod); ok && p.Name == "a" && act.GetSubresource() == "status" {
+				stopped = p
+			}
+		case clienttesting.DeleteAction:
+			if act.GetName() == "a" {
+				if stopped == nil {
+					t.Errorf("pod deleted before its containers were stopped")
+				}
+				opts := act.GetDeleteOptions()
+				deleteOpts = &opts
+			}
+		}
+	}
+	if stopped == nil || stopped.Status.Phase != corev1.PodSucceeded || stopped.Status.ContainerStatuses[0].State.Terminated == nil ||
+		stopped.Status.ContainerStatuses[0].State.Terminated.ExitCode != 0 || podReady(stopped) {
+		t.Errorf("last status before delete = %+v, want Succeeded with terminated containers", stopped)
+	}
+	if deleteOpts == nil || deleteOpts.GracePeriodSeconds == nil || *deleteOpts.GracePeriodSeconds != 0 ||
+		deleteOpts.Preconditions == nil || *deleteOpts.Preconditions.UID != "uid-a" {
+		t.Errorf("delete options = %+v, want grace 0 and the pod's UID as precondition", deleteOpts)
+	}
+}
+
+func TestStartDelay(t *testing.T) {
+	cfg := testConfig(1)
+	cfg.Template.StartDelay = 3 * time.Second
+	tf := newTestFleet(t, cfg)
+	tf.waitReady(t)
+	tf.createPod(t, newPod(podSpec{name: "p", node: "n-0"}))
+	eventually(t, "p is creating", func() bool { return len(tf.pod(t, "p").Status.ContainerStatuses) == 1 })
+	p := tf.pod(t, "p")
+	if w := p.Status.ContainerStatuses[0].State.Waiting; p.Status.Phase != corev1.PodPending || w == nil || w.Reason != "ContainerCreating" || p.Status.PodIP == "" {
+		t.Errorf("status during the start delay = %+v, want Pending, ContainerCreating, with an IP", p.Status)
+	}
+	tf.clock.Step(3 * time.Second)
+	p = tf.waitPhase(t, "p", corev1.PodRunning)
+	if !podReady(p) || !p.Status.ContainerStatuses[0].State.Running.StartedAt.Time.Equal(t0.Add(3*time.Second)) {
+		t.Errorf("after the start delay = %+v, want running since t0+3s and Ready", p.Status)
+	}
+}
+
+// TestRestartKeepsAdmittedPods starts a stub over pods an earlier run admitted: they are not
+// admitted again or rewritten, and they still count against the node's capacity.
+func TestRestartKeepsAdmittedPods(t *testing.T) {
+	cfg := testConfig(1)
+	cfg.Template.Capacity.Pods = 1
+	tf := newTestFleet(t, cfg)
+	tf.waitReady(t)
+	tf.createPod(t, newPod(podSpec{name: "old", node: "n-0"}))
+	tf.waitPhase(t, "old", corev1.PodRunning)
+	eventually(t, "old is Ready", func() bool { return podReady(tf.pod(t, "old")) })
+	old := tf.pod(t, "old")
+	node := tf.node(t, "n-0")
+
+	// A second stub over the same objects (the first keeps running but only the second's
+	// writes are counted).
+	tf2 := newTestFleet(t, cfg, node, old)
+	tf2.waitReady(t)
+	tf2.createPod(t, newPod(podSpec{name: "new", node: "n-0"}))
+	if p := tf2.waitPhase(t, "new", corev1.PodFailed); p.Status.Reason != "OutOfpods" {
+		t.Errorf("new pod reason %q, want OutOfpods: the old pod still holds the only slot", p.Status.Reason)
+	}
+	if got := tf2.statusUpdates()["old"]; got != 0 {
+		t.Errorf("the restarted stub rewrote the old pod %d times", got)
+	}
+}
