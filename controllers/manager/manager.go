@@ -19,8 +19,8 @@ import (
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/controllers/daemonset"
 	"github.com/miniplane/miniplane/controllers/garbagecollector"
-	"github.com/miniplane/miniplane/controllers/nodelifecycle"
 	"github.com/miniplane/miniplane/controllers/internal/component"
+	"github.com/miniplane/miniplane/controllers/nodelifecycle"
 )
 
 // User agents of the manager's clients, as kube-controller-manager names its controllers.
