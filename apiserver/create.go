@@ -27,14 +27,8 @@ const maxGeneratedNameLength = 63 - 5
 
 // create serves POST to a collection.
 func (c *call) create() {
-	res := c.info.res
-	data, err := c.readBody()
+	obj, err := c.readObject()
 	if err != nil {
-		c.fail(err)
-		return
-	}
-	obj := res.newFunc()
-	if err := c.decodeObject(data, res.gvk(), obj); err != nil {
 		c.fail(err)
 		return
 	}
@@ -55,6 +49,19 @@ func (c *call) create() {
 		return
 	}
 	c.respond(http.StatusCreated, created, nil)
+}
+
+// readObject reads and decodes the request body as an object of the resource's kind.
+func (c *call) readObject() (runtime.Object, error) {
+	data, err := c.readBody()
+	if err != nil {
+		return nil, err
+	}
+	obj := c.info.res.newFunc()
+	if err := c.decodeObject(data, c.info.res.gvk(), obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // checkBodyNamespace makes the body's namespace agree with the URL's.

@@ -30,14 +30,8 @@ func (errDryRun) Error() string { return "dry run" }
 
 // update serves PUT of an object or its status.
 func (c *call) update() {
-	res := c.info.res
-	data, err := c.readBody()
+	obj, err := c.readObject()
 	if err != nil {
-		c.fail(err)
-		return
-	}
-	obj := res.newFunc()
-	if err := c.decodeObject(data, res.gvk(), obj); err != nil {
 		c.fail(err)
 		return
 	}

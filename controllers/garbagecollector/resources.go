@@ -55,11 +55,7 @@ func servedResources(client kubernetes.Interface, factory informers.SharedInform
 				if err != nil {
 					return nil, err
 				}
-				out := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					out[i] = &l.Items[i]
-				}
-				return out, nil
+				return objects(l.Items), nil
 			},
 		},
 		{
@@ -81,11 +77,7 @@ func servedResources(client kubernetes.Interface, factory informers.SharedInform
 				if err != nil {
 					return nil, err
 				}
-				out := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					out[i] = &l.Items[i]
-				}
-				return out, nil
+				return objects(l.Items), nil
 			},
 		},
 		{
@@ -107,14 +99,22 @@ func servedResources(client kubernetes.Interface, factory informers.SharedInform
 				if err != nil {
 					return nil, err
 				}
-				out := make([]runtime.Object, len(l.Items))
-				for i := range l.Items {
-					out[i] = &l.Items[i]
-				}
-				return out, nil
+				return objects(l.Items), nil
 			},
 		},
 	}
+}
+
+// objects returns pointers to the items of a typed list.
+func objects[T any, PT interface {
+	*T
+	runtime.Object
+}](items []T) []runtime.Object {
+	out := make([]runtime.Object, len(items))
+	for i := range items {
+		out[i] = PT(&items[i])
+	}
+	return out
 }
 
 // indexByOwnerUID is the ownerUIDIndex function.
