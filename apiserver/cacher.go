@@ -33,6 +33,18 @@ type cachedObject struct {
 	// json is the object's encoding with apiVersion and kind, made once and reused by
 	// every list, get and watch event that serves this version.
 	json []byte
+
+	// proto is the object's protobuf encoding (without envelope), made on first use: only
+	// clients that ask for protobuf need it.
+	protoOnce sync.Once
+	proto     []byte
+	protoErr  error
+}
+
+// protobuf returns the object's protobuf encoding, making it once.
+func (o *cachedObject) protobuf() ([]byte, error) {
+	o.protoOnce.Do(func() { o.proto, o.protoErr = rawProto(o.obj) })
+	return o.proto, o.protoErr
 }
 
 // cacheEvent is one change, in revision order.

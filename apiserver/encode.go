@@ -26,11 +26,13 @@ type output struct {
 	// tableVersion is v1 or v1beta1 for tables.
 	tableVersion string
 	yaml         bool
+	// protobuf serves objects, lists and watches in Kubernetes' protobuf encoding.
+	protobuf bool
 }
 
-// negotiate reads the Accept header. Media types are tried in order; protobuf and CBOR are
-// skipped because miniplane speaks JSON (client-go's default), and a header naming nothing
-// we serve gets 406 so the client knows why.
+// negotiate reads the Accept header. Media types are tried in order: JSON, YAML and
+// protobuf are served (CBOR is not), and a header naming nothing we serve gets 406 so the
+// client knows why.
 func negotiate(r *http.Request) (output, error) {
 	accept := r.Header.Get("Accept")
 	if accept == "" {
@@ -43,6 +45,11 @@ func negotiate(r *http.Request) (output, error) {
 		}
 		switch mediaType {
 		case "application/json", "*/*", "application/*":
+		case protobufMediaType:
+			if params["as"] == "" {
+				return output{protobuf: true}, nil
+			}
+			continue // tables and metadata are served in JSON only
 		case "application/yaml":
 			if params["as"] == "" {
 				return output{yaml: true}, nil
@@ -64,7 +71,7 @@ func negotiate(r *http.Request) (output, error) {
 			}
 		}
 	}
-	return output{}, notAcceptable("only the following media types are accepted: application/json, application/yaml, application/json;as=Table;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+	return output{}, notAcceptable("only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;as=Table;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
 }
 
 // writeJSON encodes v as the response body.

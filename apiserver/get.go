@@ -45,7 +45,7 @@ func (c *call) get() {
 		c.fail(store.ErrNotFound)
 		return
 	}
-	c.respond(200, co.obj, co.json)
+	c.respond(200, co.obj, co)
 }
 
 func tooLargeRV(err error) error {
@@ -137,6 +137,18 @@ func (c *call) respondList(items []*cachedObject, rv int64, continueToken string
 		writeOutput(c.w, c.out, 200, list)
 	default:
 		encoded := make([][]byte, len(items))
+		if c.out.protobuf {
+			for i, it := range items {
+				raw, err := it.protobuf()
+				if err != nil {
+					c.fail(err)
+					return
+				}
+				encoded[i] = raw
+			}
+			writeProtobuf(c.w, 200, envelope(c.info.res.apiVersion(), c.info.res.listKind(), listProto(listMeta, encoded)))
+			return
+		}
 		for i, it := range items {
 			encoded[i] = it.json
 		}

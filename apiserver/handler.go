@@ -122,9 +122,9 @@ func (c *call) key(namespace, name string) string {
 	return c.info.res.key(c.s.cfg.EtcdPrefix, namespace, name)
 }
 
-// respond writes one object in the negotiated shape. cachedJSON, when given, is obj's
-// encoding already made by the watch cache.
-func (c *call) respond(code int, obj runtime.Object, cachedJSON []byte) {
+// respond writes one object in the negotiated shape. co, when given, is obj as the watch
+// cache holds it, with its encodings made once.
+func (c *call) respond(code int, obj runtime.Object, co *cachedObject) {
 	switch c.out.kind {
 	case outputTable:
 		writeOutput(c.w, c.out, code, c.s.toTable(c.info.res, []runtime.Object{obj}, c.out, c.r.URL.Query().Get("includeObject"), metav1.ListMeta{}))
@@ -133,8 +133,23 @@ func (c *call) respond(code int, obj runtime.Object, cachedJSON []byte) {
 		writeOutput(c.w, c.out, code, partialMetadata(obj))
 		return
 	}
-	if cachedJSON != nil {
-		writeBytes(c.w, code, cachedJSON, c.out.yaml)
+	if c.out.protobuf {
+		var raw []byte
+		var err error
+		if co != nil {
+			raw, err = co.protobuf()
+		} else {
+			raw, err = rawProto(obj)
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		writeProtobuf(c.w, code, envelope(c.info.res.apiVersion(), c.info.res.kind, raw))
+		return
+	}
+	if co != nil {
+		writeBytes(c.w, code, co.json, c.out.yaml)
 		return
 	}
 	obj.GetObjectKind().SetGroupVersionKind(c.info.res.gvk())
@@ -227,11 +242,6 @@ func (c *call) decodeObject(data []byte, want schema.GroupVersionKind, into runt
 	}
 	return c.decodeJSON(data, want, into)
 }
-
-// protobufMediaType is what client-go's generated clientsets send for built-in types
-// unless told otherwise: since client-go 0.35 they default to protobuf and, unlike CBOR,
-// do not fall back to JSON on 415, so a server that refuses it refuses every typed write.
-const protobufMediaType = "application/vnd.kubernetes.protobuf"
 
 // protobufSerializer decodes protobuf bodies of the types client-go knows.
 var protobufSerializer = protobuf.NewSerializer(clientscheme.Scheme, clientscheme.Scheme)

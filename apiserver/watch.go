@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -74,7 +75,11 @@ func (c *call) watch() {
 	}
 
 	flusher, _ := c.w.(http.Flusher)
-	c.w.Header().Set("Content-Type", "application/json")
+	if c.out.protobuf {
+		c.w.Header().Set("Content-Type", protobufStreamMediaType)
+	} else {
+		c.w.Header().Set("Content-Type", "application/json")
+	}
 	c.w.Header().Set("Cache-Control", "no-cache, private")
 	c.w.WriteHeader(http.StatusOK)
 	if flusher != nil {
@@ -178,6 +183,9 @@ func (c *call) watchStart(p *listParams) (watchStart, error) {
 const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 
 func (c *call) writeWatchFrame(bw *bufio.Writer, it watchItem) error {
+	if c.out.protobuf {
+		return c.writeWatchFrameProto(bw, it)
+	}
 	var objJSON []byte
 	var err error
 	if it.typ == watch.Bookmark {
@@ -221,4 +229,27 @@ func (c *call) bookmarkObject(it watchItem) ([]byte, error) {
 		return json.Marshal(&metav1.Table{TypeMeta: metav1.TypeMeta{Kind: kind, APIVersion: apiVersion}, ListMeta: metav1.ListMeta{ResourceVersion: om.ResourceVersion}})
 	}
 	return json.Marshal(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: kind, APIVersion: apiVersion}, ObjectMeta: om})
+}
+
+// writeWatchFrameProto writes one length-delimited protobuf watch frame.
+func (c *call) writeWatchFrameProto(bw *bufio.Writer, it watchItem) error {
+	res := c.info.res
+	var raw []byte
+	var err error
+	if it.typ == watch.Bookmark {
+		obj := res.newFunc()
+		m, _ := meta.Accessor(obj)
+		m.SetResourceVersion(strconv.FormatInt(it.rv, 10))
+		if it.initialEventsEnd {
+			m.SetAnnotations(map[string]string{initialEventsEndAnnotation: "true"})
+		}
+		raw, err = rawProto(obj)
+	} else {
+		raw, err = it.obj.protobuf()
+	}
+	if err != nil {
+		return err
+	}
+	_, err = bw.Write(watchEventProto(string(it.typ), envelope(res.apiVersion(), res.kind, raw)))
+	return err
 }

@@ -137,8 +137,8 @@ func TestClientConfig(t *testing.T) {
 			if got.QPS != tt.wantQPS || got.Burst != tt.wantBurst || got.RateLimiter != nil {
 				t.Errorf("QPS %v burst %d limiter %v, want %v %d nil", got.QPS, got.Burst, got.RateLimiter, tt.wantQPS, tt.wantBurst)
 			}
-			if got.ContentType != "application/json" || got.UserAgent != UserAgent || got.Host != given.Host {
-				t.Errorf("content type %q, user agent %q, host %q", got.ContentType, got.UserAgent, got.Host)
+			if got.UserAgent != UserAgent || got.Host != given.Host {
+				t.Errorf("user agent %q, host %q", got.UserAgent, got.Host)
 			}
 			if given.QPS != tt.given.QPS || given.RateLimiter == nil {
 				t.Errorf("the caller's config was modified")

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -80,8 +79,7 @@ type Fleet struct {
 }
 
 // ClientConfig returns a copy of restConfig for a fleet described by cfg: user agent
-// "miniplane-kubeletstub", JSON unless a content type is set, and a client rate limit sized
-// to the fleet, because client-go's default (5 QPS, burst 10) would starve it. In steady
+// "miniplane-kubeletstub" and a client rate limit sized to the fleet, because client-go's default (5 QPS, burst 10) would starve it. In steady
 // state every node renews its Lease each lease-renew-interval (500 requests/s for 5,000
 // nodes at the 10s default); at start each node needs two requests (Node and Lease create)
 // and pods come in bursts. So unless cfg sets client-qps/client-burst, QPS is 200 + N (for
@@ -91,12 +89,6 @@ type Fleet struct {
 func ClientConfig(cfg configs.KubeletStub, restConfig *rest.Config) *rest.Config {
 	rc := rest.CopyConfig(restConfig)
 	rc.UserAgent = UserAgent
-	if rc.ContentType == "" {
-		// client-go defaults to protobuf for built-in types; miniplane answers in JSON
-		// anyway, so the stub uses JSON both ways.
-		rc.ContentType = runtime.ContentTypeJSON
-		rc.AcceptContentTypes = runtime.ContentTypeJSON
-	}
 	qps := max(float32(200+len(cfg.NodeNames())), restConfig.QPS)
 	if cfg.ClientQPS != 0 {
 		qps = cfg.ClientQPS

@@ -20,14 +20,6 @@ func NewClient(restConfig *rest.Config, userAgent string, qps float32, burst int
 	cfg.Burst = burst
 	// A caller-provided limiter would ignore QPS/Burst and be shared between clients.
 	cfg.RateLimiter = nil
-	// Generated clients default to protobuf when no content type is set; miniplane's API
-	// server speaks JSON.
-	if cfg.ContentType == "" {
-		cfg.ContentType = "application/json"
-	}
-	if cfg.AcceptContentTypes == "" {
-		cfg.AcceptContentTypes = "application/json"
-	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client %s: %w", userAgent, err)
