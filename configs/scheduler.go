@@ -24,8 +24,9 @@ type Scheduler struct {
 	// HealthListen is the plain-HTTP address of /healthz, /readyz and /metrics; default
 	// 127.0.0.1:10259 (kube-scheduler's port); "" disables it. Flag --health-listen.
 	HealthListen string `mapstructure:"health-listen"`
-	// KubeAPIQPS and KubeAPIBurst rate-limit the API client; defaults 1000 and 2000 so that
-	// thousands of daemon pods bind within seconds. Flags --kube-api-qps, --kube-api-burst.
+	// KubeAPIQPS and KubeAPIBurst rate-limit the API client; defaults 5000 and 10000 so that
+	// thousands of daemon pods bind within seconds (a binding and an event per pod). Flags
+	// --kube-api-qps, --kube-api-burst.
 	KubeAPIQPS   float32 `mapstructure:"kube-api-qps"`
 	KubeAPIBurst int     `mapstructure:"kube-api-burst"`
 
@@ -49,8 +50,8 @@ func DefaultScheduler() Scheduler {
 		SchedulerName:              DefaultSchedulerName,
 		LeaderElection:             DefaultLeaderElection("kube-scheduler"),
 		HealthListen:               "127.0.0.1:10259",
-		KubeAPIQPS:                 1000,
-		KubeAPIBurst:               2000,
+		KubeAPIQPS:                 5000,
+		KubeAPIBurst:               10000,
 		Workers:                    16,
 		PodInitialBackoff:          time.Second,
 		PodMaxBackoff:              10 * time.Second,

@@ -243,6 +243,8 @@ func (c *Controller) podsShouldBeOnNode(s *syncState, node *corev1.Node, nodeToP
 		nodesNeeding = append(nodesNeeding, node.Name)
 	case d.shouldContinueRunning:
 		var running []*corev1.Pod
+		// waiting: a failed pod on the node is held back by its backoff.
+		waiting := false
 		for _, pod := range pods {
 			if pod.DeletionTimestamp != nil {
 				continue
@@ -257,6 +259,7 @@ func (c *Controller) podsShouldBeOnNode(s *syncState, node *corev1.Node, nodeToP
 					delay := c.backoff.Get(key)
 					s.log.Debug("failed daemon pod in backoff", "pod", pod.Name, "node", node.Name, "delay", delay)
 					c.enqueueAfter(ds, delay)
+					waiting = true
 					continue
 				}
 				c.backoff.Next(key, now)
@@ -284,7 +287,12 @@ func (c *Controller) podsShouldBeOnNode(s *syncState, node *corev1.Node, nodeToP
 			break
 		}
 		if len(running) <= 1 {
-			if len(running) == 0 && d.shouldSchedule {
+			// Surging keeps a live pod on the node, so one is created at once when there is
+			// none; but not next to a failed pod still in backoff: with a kubelet that rejects
+			// every pod that would create a pod per sync (as upstream does, cf.
+			// kubernetes#124388). The replacement comes with the deletion, when the backoff
+			// allows it.
+			if len(running) == 0 && d.shouldSchedule && !waiting {
 				nodesNeeding = append(nodesNeeding, node.Name)
 			}
 			break

@@ -654,3 +654,49 @@ func TestManageSurge(t *testing.T) {
 		})
 	}
 }
+
+// A surging DaemonSet keeps one live pod on each node, but a failed pod that is waiting out
+// its backoff must not be replaced behind the backoff's back: with a kubelet that rejects
+// every pod, that created a new pod on every sync (a hot loop; the e2e test saw 234 pods in
+// 7 s on one node). Replacements follow the deletions, which follow the backoff.
+func TestManageSurgeRespectsFailedPodBackoff(t *testing.T) {
+	ds := newDS("web", withMaxSurge(intstr.FromInt32(1)))
+	hash := hashOf(ds)
+	failed := newDaemonPodFor(ds, "n", hash, phase(corev1.PodFailed))
+	f := newFixture(t, objects([]runtime.Object{ds, newNode("n")}, []*corev1.Pod{failed}))
+	indexer := f.factory.Core().V1().Pods().Informer().GetIndexer()
+	sync := func() (deleted []string, created int) {
+		t.Helper()
+		// Each sync acts as if the previous one's writes were observed.
+		f.c.expectations.Delete("default/web")
+		if err := f.syncFresh(ds); err != nil {
+			t.Fatal(err)
+		}
+		return f.deletedPods(), len(f.createdPods())
+	}
+	// replace swaps the failed pod for its (equally failed) replacement in the cache.
+	replace := func(old *corev1.Pod) *corev1.Pod {
+		t.Helper()
+		if err := indexer.Delete(old); err != nil {
+			t.Fatal(err)
+		}
+		next := newDaemonPodFor(ds, "n", hash, phase(corev1.PodFailed))
+		f.addToCache(next)
+		return next
+	}
+
+	if deleted, created := sync(); !reflect.DeepEqual(deleted, []string{failed.Name}) || created != 1 {
+		t.Fatalf("first failure: deleted %v, created %d; want it deleted and replaced once", deleted, created)
+	}
+	failed = replace(failed)
+	for i := range 3 {
+		f.clock.Step(200 * time.Millisecond)
+		if deleted, created := sync(); len(deleted) != 0 || created != 0 {
+			t.Fatalf("sync %d inside the 1s backoff: deleted %v, created %d; want neither", i, deleted, created)
+		}
+	}
+	f.clock.Step(400 * time.Millisecond)
+	if deleted, created := sync(); !reflect.DeepEqual(deleted, []string{failed.Name}) || created != 1 {
+		t.Fatalf("after the backoff: deleted %v, created %d; want it deleted and replaced once", deleted, created)
+	}
+}
