@@ -30,12 +30,13 @@ type cachedObject struct {
 	obj       runtime.Object
 	labels    labels.Set
 	fields    fields.Set
-	// json is the object's encoding with apiVersion and kind, made once and reused by
-	// every list, get and watch event that serves this version.
-	json []byte
-
-	// proto is the object's protobuf encoding (without envelope), made on first use: only
-	// clients that ask for protobuf need it.
+	// The object's JSON (with apiVersion and kind) and protobuf (without envelope)
+	// encodings are made on first use and then reused by every list, get and watch event
+	// that serves this version. Components speak protobuf and kubectl JSON, so most
+	// versions only ever need one of them.
+	jsonOnce  sync.Once
+	jsonData  []byte
+	jsonErr   error
 	protoOnce sync.Once
 	proto     []byte
 	protoErr  error
@@ -45,6 +46,12 @@ type cachedObject struct {
 func (o *cachedObject) protobuf() ([]byte, error) {
 	o.protoOnce.Do(func() { o.proto, o.protoErr = rawProto(o.obj) })
 	return o.proto, o.protoErr
+}
+
+// json returns the object's JSON encoding, making it once.
+func (o *cachedObject) json() ([]byte, error) {
+	o.jsonOnce.Do(func() { o.jsonData, o.jsonErr = json.Marshal(o.obj) })
+	return o.jsonData, o.jsonErr
 }
 
 // cacheEvent is one change, in revision order.
@@ -171,10 +178,6 @@ func (c *cacher) newCachedObject(obj runtime.Object) (*cachedObject, error) {
 		return nil, err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(c.res.gvk())
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
 	var rv int64
 	_, _ = fmt.Sscan(m.GetResourceVersion(), &rv)
 	return &cachedObject{
@@ -185,7 +188,6 @@ func (c *cacher) newCachedObject(obj runtime.Object) (*cachedObject, error) {
 		obj:       obj,
 		labels:    labels.Set(m.GetLabels()),
 		fields:    c.res.objectFields(obj, m.GetName(), m.GetNamespace()),
-		json:      data,
 	}, nil
 }
 

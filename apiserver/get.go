@@ -150,7 +150,12 @@ func (c *call) respondList(items []*cachedObject, rv int64, continueToken string
 			return
 		}
 		for i, it := range items {
-			encoded[i] = it.json
+			data, err := it.json()
+			if err != nil {
+				c.fail(err)
+				return
+			}
+			encoded[i] = data
 		}
 		writeBytes(c.w, 200, listJSON(c.info.res.listKind(), c.info.res.apiVersion(), listMeta, encoded), c.out.yaml)
 	}

@@ -149,7 +149,12 @@ func (c *call) respond(code int, obj runtime.Object, co *cachedObject) {
 		return
 	}
 	if co != nil {
-		writeBytes(c.w, code, co.json, c.out.yaml)
+		data, err := co.json()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		writeBytes(c.w, code, data, c.out.yaml)
 		return
 	}
 	obj.GetObjectKind().SetGroupVersionKind(c.info.res.gvk())

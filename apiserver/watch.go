@@ -197,7 +197,7 @@ func (c *call) writeWatchFrame(bw *bufio.Writer, it watchItem) error {
 		case outputMetadata:
 			objJSON, err = json.Marshal(partialMetadata(it.obj.obj))
 		default:
-			objJSON = it.obj.json
+			objJSON, err = it.obj.json()
 		}
 	}
 	if err != nil {

@@ -82,6 +82,10 @@ type Env struct {
 	tokens map[string]string // user name → token
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// Components stop before the API server, so they do not spend their last moments
+	// failing requests against a server that is already gone.
+	componentsCancel context.CancelFunc
+	components       sync.WaitGroup
 	etcd   *store.EmbeddedEtcd
 	client *clientv3.Client
 	once   sync.Once
@@ -179,6 +183,7 @@ func Start(ctx context.Context, cfg Config) (env *Env, err error) {
 // startComponents runs the configured controller-manager, scheduler and stub fleet, each
 // as an API client with its own identity, and waits until the stub nodes have registered.
 func (e *Env) startComponents(ctx context.Context, cfg Config, log *slog.Logger) error {
+	ctx, e.componentsCancel = context.WithCancel(ctx)
 	if cfg.ControllerManager != nil {
 		cm := *cfg.ControllerManager
 		cm.HealthListen = ""
@@ -221,9 +226,9 @@ func (e *Env) startComponents(ctx context.Context, cfg Config, log *slog.Logger)
 
 // goRun runs a component until the environment stops, logging how it ended.
 func (e *Env) goRun(name string, log *slog.Logger, run func() error) {
-	e.wg.Add(1)
+	e.components.Add(1)
 	go func() {
-		defer e.wg.Done()
+		defer e.components.Done()
 		if err := run(); err != nil {
 			log.Error("component stopped", "component", name, "err", err)
 		}
@@ -274,6 +279,10 @@ func (e *Env) Token(user string) string { return e.tokens[user] }
 // Stop stops every component and etcd, and waits for them.
 func (e *Env) Stop() {
 	e.once.Do(func() {
+		if e.componentsCancel != nil {
+			e.componentsCancel()
+			e.components.Wait()
+		}
 		e.cancel()
 		e.wg.Wait()
 		if e.client != nil {

@@ -4,8 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 )
+
+var quietKlog sync.Once
 
 // New starts a control plane for a test in its own temporary directory and on a free
 // loopback port, and stops it when the test ends. Logs are discarded unless the test runs
@@ -22,6 +28,13 @@ func New(t testing.TB, cfg Config) *Env {
 			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
 	}
+	// client-go logs through klog, a process-wide logger; tests keep its chatter (such as
+	// event writes failing while an environment stops) out of their output.
+	quietKlog.Do(func() {
+		if !testing.Verbose() {
+			klog.SetLogger(logr.Discard())
+		}
+	})
 	env, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
