@@ -86,9 +86,9 @@ type Env struct {
 	// failing requests against a server that is already gone.
 	componentsCancel context.CancelFunc
 	components       sync.WaitGroup
-	etcd   *store.EmbeddedEtcd
-	client *clientv3.Client
-	once   sync.Once
+	etcd             *store.EmbeddedEtcd
+	client           *clientv3.Client
+	once             sync.Once
 }
 
 // Start starts the control plane and returns once the API server answers.
