@@ -1,15 +1,12 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/controllers/manager"
@@ -43,12 +40,9 @@ Serves /healthz, /readyz and /metrics on --health-listen.`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if cfg.Kubeconfig == "" {
-				return errors.New("--kubeconfig is required")
-			}
-			restConfig, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+			restConfig, err := restConfigFrom(cfg.Kubeconfig)
 			if err != nil {
-				return fmt.Errorf("--kubeconfig %s: %w", cfg.Kubeconfig, err)
+				return err
 			}
 			return manager.Run(cmd.Context(), cfg, restConfig, manager.Options{Logger: slog.Default()})
 		},

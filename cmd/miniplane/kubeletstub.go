@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/kubeletstub"
@@ -54,12 +53,9 @@ fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration fi
 }
 
 func runKubeletStub(ctx context.Context, cfg configs.KubeletStub) error {
-	if cfg.Kubeconfig == "" {
-		return errors.New("--kubeconfig is required")
-	}
-	restConfig, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	restConfig, err := restConfigFrom(cfg.Kubeconfig)
 	if err != nil {
-		return fmt.Errorf("--kubeconfig %s: %w", cfg.Kubeconfig, err)
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/controllers/scheduler"
@@ -35,12 +32,9 @@ the Lease kube-system/kube-scheduler. Serves /healthz, /readyz and /metrics on -
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if cfg.Kubeconfig == "" {
-				return errors.New("--kubeconfig is required")
-			}
-			restConfig, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+			restConfig, err := restConfigFrom(cfg.Kubeconfig)
 			if err != nil {
-				return fmt.Errorf("--kubeconfig %s: %w", cfg.Kubeconfig, err)
+				return err
 			}
 			return scheduler.Run(cmd.Context(), cfg, restConfig, scheduler.Options{Logger: slog.Default()})
 		},
