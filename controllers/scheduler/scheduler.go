@@ -83,6 +83,11 @@ type Scheduler struct {
 	// unschedulable holds keys of pods that fit nowhere, with the time of the last attempt;
 	// a node or pod change requeues them once their backoff has passed.
 	unschedulable map[string]time.Time
+	// moveCycle counts the cluster changes that requeued unschedulable pods. An attempt
+	// that fails while a change arrives must not park its pod: the change may be the one
+	// that makes it fit, and it came too early to requeue it (kube-scheduler's
+	// moveRequestCycle).
+	moveCycle uint64
 
 	// bindFn is a seam for tests.
 	bindFn func(ctx context.Context, b *corev1.Binding) error
@@ -244,6 +249,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, key string) {
 	}
 	logger := s.logger.With("pod", key)
 	start := s.clock.Now()
+	cycle := s.currentMoveCycle()
 	nodeName, fitErr := s.cache.scheduleAndAssume(pod)
 	if fitErr != nil {
 		s.metrics.attempts.WithLabelValues("unschedulable").Inc()
@@ -251,7 +257,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, key string) {
 		logger.Debug("pod is unschedulable", "reason", msg)
 		s.recorder.Event(pod, corev1.EventTypeWarning, "FailedScheduling", msg)
 		s.markUnschedulable(ctx, pod, msg, logger)
-		s.addUnschedulable(key)
+		s.addUnschedulable(key, cycle)
 		return
 	}
 	binding := &corev1.Binding{
@@ -268,7 +274,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, key string) {
 		s.metrics.attempts.WithLabelValues("error").Inc()
 		logger.Warn("binding failed", "node", nodeName, "err", err)
 		s.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedScheduling", "Binding rejected: %v", err)
-		s.addUnschedulable(key)
+		s.addUnschedulable(key, cycle)
 		return
 	}
 	s.metrics.attempts.WithLabelValues("scheduled").Inc()
@@ -316,12 +322,24 @@ func (s *Scheduler) markUnschedulable(ctx context.Context, pod *corev1.Pod, msg 
 
 // addUnschedulable records a failed attempt: the pod is retried after its backoff once a
 // node or pod changes, or at the next flush.
-func (s *Scheduler) addUnschedulable(key string) {
+// cycle is the move cycle read when the attempt began: if a change has requeued pods since,
+// the pod goes straight back to the queue after its backoff.
+func (s *Scheduler) addUnschedulable(key string, cycle uint64) {
 	s.backoffMu.Lock()
 	defer s.backoffMu.Unlock()
 	now := s.clock.Now()
 	s.backoff.Next(key, now)
+	if s.moveCycle != cycle {
+		s.queue.AddAfter(key, s.backoff.Get(key))
+		return
+	}
 	s.unschedulable[key] = now
+}
+
+func (s *Scheduler) currentMoveCycle() uint64 {
+	s.backoffMu.Lock()
+	defer s.backoffMu.Unlock()
+	return s.moveCycle
 }
 
 func (s *Scheduler) forgetBackoff(key string) {
@@ -336,6 +354,7 @@ func (s *Scheduler) forgetBackoff(key string) {
 func (s *Scheduler) requeueUnschedulable() {
 	s.backoffMu.Lock()
 	defer s.backoffMu.Unlock()
+	s.moveCycle++
 	now := s.clock.Now()
 	for key, failedAt := range s.unschedulable {
 		delay := failedAt.Add(s.backoff.Get(key)).Sub(now)

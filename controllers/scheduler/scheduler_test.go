@@ -230,3 +230,30 @@ func TestIgnoresPodsOfOtherSchedulers(t *testing.T) {
 		t.Fatalf("queued a pod of another scheduler")
 	}
 }
+
+// A cluster change that arrives while an attempt is failing must not be lost: the pod is not
+// parked in the unschedulable set (where only a later change would wake it) but retried
+// after its backoff. Without a change in between, it is parked.
+func TestChangeDuringFailedAttemptRetriesThePod(t *testing.T) {
+	for _, changed := range []bool{true, false} {
+		env := newTestScheduler(t, true, testNode("n1"))
+		cycle := env.s.currentMoveCycle()
+		if changed {
+			env.s.requeueUnschedulable() // e.g. the node lost the taint the attempt saw
+		}
+		env.s.addUnschedulable("default/p", cycle)
+		env.s.backoffMu.Lock()
+		_, parked := env.s.unschedulable["default/p"]
+		env.s.backoffMu.Unlock()
+		if parked == changed {
+			t.Fatalf("change during the attempt=%v: parked=%v", changed, parked)
+		}
+		if changed {
+			if n := env.s.queue.Len(); n != 0 {
+				t.Fatalf("retried before its backoff: queue length %d", n)
+			}
+			env.clock.Step(time.Second)
+			waitFor(t, "the retry after the backoff", func() bool { return env.s.queue.Len() == 1 })
+		}
+	}
+}
