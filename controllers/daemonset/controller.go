@@ -107,11 +107,12 @@ func NewController(opts Options) (*Controller, error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	// The caller names the controller in the logger's attributes (the manager adds
+	// controller=daemonset), as it does for every controller it runs.
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	log = log.With("controller", "daemonset")
 
 	broadcaster := record.NewBroadcaster()
 	c := &Controller{
