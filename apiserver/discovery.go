@@ -48,7 +48,11 @@ func (s *Server) serveCoreVersions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiGroup(name string) metav1.APIGroup {
-	gv := metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + s.reg.version[name], Version: s.reg.version[name]}
+	version, ok := s.reg.version[name]
+	if !ok {
+		version, _ = reviewGroupVersion(name)
+	}
+	gv := metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + version, Version: version}
 	return metav1.APIGroup{
 		TypeMeta:         metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
 		Name:             name,
@@ -64,12 +68,17 @@ func (s *Server) serveGroups(w http.ResponseWriter, _ *http.Request) {
 			list.Groups = append(list.Groups, s.apiGroup(g))
 		}
 	}
+	for _, g := range reviewGroups() {
+		list.Groups = append(list.Groups, s.apiGroup(g))
+	}
 	writeJSON(w, http.StatusOK, list)
 }
 
 func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request) {
 	group := mux.Vars(r)["group"]
-	if _, ok := s.reg.version[group]; !ok || group == "" {
+	_, served := s.reg.version[group]
+	_, reviewed := reviewGroupVersion(group)
+	if (!served && !reviewed) || group == "" {
 		writeError(w, r, notFoundPath(r), groupResourceNone, "")
 		return
 	}
@@ -84,6 +93,13 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
 	group, ver := mux.Vars(r)["group"], mux.Vars(r)["version"]
 	resources := s.reg.inGroupVersion(group, ver)
 	if len(resources) == 0 {
+		if reviews := reviewResources(group, ver); len(reviews) > 0 {
+			writeJSON(w, http.StatusOK, &metav1.APIResourceList{
+				TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+				GroupVersion: group + "/" + ver, APIResources: reviews,
+			})
+			return
+		}
 		writeError(w, r, notFoundPath(r), groupResourceNone, "")
 		return
 	}

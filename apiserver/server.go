@@ -115,6 +115,9 @@ func (s *Server) routes() http.Handler {
 	r.HandleFunc("/api/{version}", s.serveResourceList).Methods(http.MethodGet)
 	r.HandleFunc("/apis/{group}", s.serveGroup).Methods(http.MethodGet)
 	r.HandleFunc("/apis/{group}/{version}", s.serveResourceList).Methods(http.MethodGet)
+	for _, api := range reviewAPIs {
+		r.HandleFunc(groupVersionPath(api.group, api.version)+"/"+api.resource, s.serveReview(api)).Methods(http.MethodPost)
+	}
 	r.PathPrefix("/api/").HandlerFunc(s.serveResource)
 	r.PathPrefix("/apis/").HandlerFunc(s.serveResource)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
