@@ -67,10 +67,17 @@ type namespaceFinalizer struct {
 	s     *Server
 	kick  chan struct{}
 	every time.Duration
+	// emptySince is when each Terminating namespace was first seen empty; only run touches it.
+	emptySince map[string]time.Time
 }
 
+// namespaceQuietPeriod is how long a Terminating namespace must stay empty before it is
+// removed. A create that checked the namespace an instant before it turned Terminating may
+// commit after the finalizer looked; looking again a little later catches it.
+const namespaceQuietPeriod = 2 * time.Second
+
 func newNamespaceFinalizer(s *Server) *namespaceFinalizer {
-	return &namespaceFinalizer{s: s, kick: make(chan struct{}, 1), every: time.Second}
+	return &namespaceFinalizer{s: s, kick: make(chan struct{}, 1), every: time.Second, emptySince: map[string]time.Time{}}
 }
 
 func (f *namespaceFinalizer) trigger() {
@@ -130,8 +137,18 @@ func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 		}
 	}
 	if remaining > 0 {
+		delete(f.emptySince, name)
 		return nil // the next round sees the deletions in the caches
 	}
+	since, seen := f.emptySince[name]
+	if !seen {
+		f.emptySince[name] = time.Now()
+		return nil
+	}
+	if time.Since(since) < namespaceQuietPeriod {
+		return nil
+	}
+	delete(f.emptySince, name)
 	nsRes := f.s.reg.lookup("", "v1", "namespaces")
 	_, err := f.s.store.GuaranteedUpdate(ctx, nsRes.key(f.s.cfg.EtcdPrefix, "", name), func(cur runtime.Object) (runtime.Object, error) {
 		ns := cur.(*corev1.Namespace)
