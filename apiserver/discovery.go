@@ -116,8 +116,11 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
 		for _, sub := range res.subresources {
 			ar := metav1.APIResource{Name: res.name + "/" + sub, Namespaced: res.namespaced, Kind: res.kind,
 				Verbs: metav1.Verbs{"get", "patch", "update"}}
-			if sub == "binding" {
+			switch sub {
+			case "binding":
 				ar.Kind, ar.Verbs = "Binding", metav1.Verbs{"create"}
+			case "log":
+				ar.Verbs = metav1.Verbs{"get"}
 			}
 			list.APIResources = append(list.APIResources, ar)
 		}

@@ -60,7 +60,11 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	}
 	switch info.verb {
 	case "get":
-		c.get()
+		if info.subresource == "log" {
+			c.podLog()
+		} else {
+			c.get()
+		}
 	case "list":
 		c.list()
 	case "watch":

@@ -46,9 +46,13 @@ func (s *Server) openAPIDocument(group, version string) map[string]any {
 			"delete":     operation("delete", gvk, []string{"dryRun", "gracePeriodSeconds", "propagationPolicy"}),
 		}
 		for _, sub := range res.subresources {
-			if sub == "binding" {
+			switch sub {
+			case "binding":
 				paths[item+"/binding"] = map[string]any{"parameters": params,
 					"post": operation("post", map[string]string{"group": "", "version": "v1", "kind": "Binding"}, []string{"dryRun", "fieldManager", "fieldValidation"})}
+				continue
+			case "log":
+				paths[item+"/log"] = map[string]any{"parameters": params, "get": operation("get", gvk, []string{"container", "follow"})}
 				continue
 			}
 			paths[item+"/"+sub] = map[string]any{

@@ -106,6 +106,9 @@ func (s *Server) parseRequest(r *http.Request) (*requestInfo, error) {
 	if info.subresource == "binding" && info.verb != "create" {
 		return nil, methodNotSupported(info, info.verb)
 	}
+	if info.subresource == "log" && info.verb != "get" {
+		return nil, methodNotSupported(info, info.verb)
+	}
 	if info.subresource == "status" && info.verb != "get" && info.verb != "update" && info.verb != "patch" {
 		return nil, methodNotSupported(info, info.verb)
 	}

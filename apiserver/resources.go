@@ -43,7 +43,7 @@ type resource struct {
 	shortNames           []string
 	categories           []string
 	namespaced           bool
-	// subresources served besides the main resource, e.g. "status", "binding".
+	// subresources served besides the main resource: "status", "binding", "log".
 	subresources []string
 	newFunc      func() runtime.Object
 	newListFunc  func() runtime.Object
@@ -157,7 +157,7 @@ func newRegistry(eventTTL time.Duration) *registry {
 	})
 	reg.add(&resource{
 		version: "v1", name: "pods", kind: "Pod", singular: "pod", namespaced: true,
-		shortNames: []string{"po"}, categories: []string{"all"}, subresources: []string{"status", "binding"},
+		shortNames: []string{"po"}, categories: []string{"all"}, subresources: []string{"status", "binding", "log"},
 		newFunc: func() runtime.Object { return &corev1.Pod{} }, newListFunc: func() runtime.Object { return &corev1.PodList{} },
 		strategy: podStrategy{}, returnDeletedObject: true, tracksGeneration: true,
 		fieldNames: []string{"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
