@@ -119,6 +119,11 @@ func (q *timerQueue[T]) loop() {
 		var timer clock.Timer
 		if ok {
 			armedAt := q.clock.Now()
+			if !next.After(armedAt) {
+				// Due already: the clock moved since releaseDue looked. A timer for a past
+				// instant would wait for the next move of a fake clock, so release it now.
+				continue
+			}
 			timer = q.clock.NewTimer(next.Sub(armedAt))
 			if q.clock.Since(armedAt) > rearmAfterClockMove {
 				// The clock jumped while the timer was armed, so its deadline may be
