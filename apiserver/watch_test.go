@@ -230,6 +230,10 @@ func TestWatchExpired(t *testing.T) {
 		check(t, err)
 	}
 
+	// A list not older than the last update waits until the watch cache has applied every
+	// update, so its 100-event window has moved past old before the watch asks for it.
+	_, err = pods.List(ctx, metav1.ListOptions{ResourceVersion: p.ResourceVersion})
+	check(t, err)
 	_, err = pods.Watch(ctx, metav1.ListOptions{ResourceVersion: old})
 	se := expectStatus(t, err, 410, metav1.StatusReasonExpired)
 	if !apierrors.IsResourceExpired(err) || se.ErrStatus.Message == "" {
