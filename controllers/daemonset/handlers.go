@@ -84,24 +84,7 @@ func (c *Controller) updateHistory(oldObj, curObj any) {
 	if !ok1 || !ok2 || old.ResourceVersion == cur.ResourceVersion {
 		return
 	}
-	curRef, oldRef := metav1.GetControllerOfNoCopy(cur), metav1.GetControllerOfNoCopy(old)
-	refChanged := !reflect.DeepEqual(curRef, oldRef)
-	if refChanged && oldRef != nil {
-		if ds := c.resolveControllerRef(old.Namespace, oldRef); ds != nil {
-			c.enqueue(ds)
-		}
-	}
-	if curRef != nil {
-		if ds := c.resolveControllerRef(cur.Namespace, curRef); ds != nil {
-			c.enqueue(ds)
-		}
-		return
-	}
-	if refChanged || !reflect.DeepEqual(cur.Labels, old.Labels) {
-		for _, ds := range c.daemonSetsMatching(cur.Namespace, cur.Labels) {
-			c.enqueue(ds)
-		}
-	}
+	c.routeUpdate(old, cur)
 }
 
 func (c *Controller) deleteHistory(obj any) {
@@ -164,31 +147,39 @@ func (c *Controller) updatePod(oldObj, curObj any) {
 		c.deletePod(cur)
 		return
 	}
+	ds := c.routeUpdate(old, cur)
+	// A pod that just became Ready turns Available minReadySeconds later; nothing else
+	// would wake the DaemonSet then.
+	if ds != nil && !isPodReady(old) && isPodReady(cur) && ds.Spec.MinReadySeconds > 0 {
+		c.enqueueAfter(ds, time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
+	}
+}
+
+// routeUpdate enqueues the DaemonSets an update of a pod or ControllerRevision concerns:
+// the former controller when the controller reference changed, the current controller, or,
+// for an orphan whose labels or reference changed, every DaemonSet that might adopt it. It
+// returns the current controller, if any.
+func (c *Controller) routeUpdate(old, cur metav1.Object) *appsv1.DaemonSet {
 	curRef, oldRef := metav1.GetControllerOfNoCopy(cur), metav1.GetControllerOfNoCopy(old)
 	refChanged := !reflect.DeepEqual(curRef, oldRef)
 	if refChanged && oldRef != nil {
-		if ds := c.resolveControllerRef(old.Namespace, oldRef); ds != nil {
+		if ds := c.resolveControllerRef(old.GetNamespace(), oldRef); ds != nil {
 			c.enqueue(ds)
 		}
 	}
 	if curRef != nil {
-		ds := c.resolveControllerRef(cur.Namespace, curRef)
-		if ds == nil {
-			return
+		ds := c.resolveControllerRef(cur.GetNamespace(), curRef)
+		if ds != nil {
+			c.enqueue(ds)
 		}
-		c.enqueue(ds)
-		// A pod that just became Ready turns Available minReadySeconds later; nothing else
-		// would wake the DaemonSet then.
-		if !isPodReady(old) && isPodReady(cur) && ds.Spec.MinReadySeconds > 0 {
-			c.enqueueAfter(ds, time.Duration(ds.Spec.MinReadySeconds)*time.Second+time.Second)
-		}
-		return
+		return ds
 	}
-	if refChanged || !reflect.DeepEqual(cur.Labels, old.Labels) {
-		for _, ds := range c.daemonSetsMatching(cur.Namespace, cur.Labels) {
+	if refChanged || !reflect.DeepEqual(cur.GetLabels(), old.GetLabels()) {
+		for _, ds := range c.daemonSetsMatching(cur.GetNamespace(), cur.GetLabels()) {
 			c.enqueue(ds)
 		}
 	}
+	return nil
 }
 
 func (c *Controller) deletePod(obj any) {

@@ -98,27 +98,9 @@ func Run(ctx context.Context, cfg configs.Scheduler, restConfig *rest.Config, op
 		_ = s.Run(ctx)
 	}
 
-	if !cfg.LeaderElection.LeaderElect {
-		lead(ctx)
-	} else {
-		le := cfg.LeaderElection
-		leClient, err := component.NewClient(restConfig, UserAgent+"-leader-election", cfg.KubeAPIQPS, cfg.KubeAPIBurst)
-		if err != nil {
-			return err
-		}
-		if err := component.RunElected(ctx, component.Election{
-			Client:        leClient,
-			Namespace:     le.ResourceNamespace,
-			Name:          le.ResourceName,
-			Identity:      opts.Identity,
-			LeaseDuration: le.LeaseDuration,
-			RenewDeadline: le.RenewDeadline,
-			RetryPeriod:   le.RetryPeriod,
-			Health:        health,
-			Logger:        logger,
-		}, lead); err != nil {
-			return err
-		}
+	if err := component.LeadOrElect(ctx, cfg.LeaderElection, restConfig, UserAgent+"-leader-election", cfg.KubeAPIQPS, cfg.KubeAPIBurst,
+		opts.Identity, health, logger, lead); err != nil {
+		return err
 	}
 	select {
 	case err := <-errc:

@@ -12,8 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 // Election configures RunElected.
@@ -167,4 +170,30 @@ func campaign(ctx context.Context, e Election, lock resourcelock.Interface, watc
 	stopElection()
 	<-done
 	return nil
+}
+
+// LeadOrElect runs lead at once when cfg.LeaderElect is off, and otherwise only while this
+// instance holds the Lease cfg names (through RunElected). The election gets its own client,
+// user agent userAgent, so renewals are never queued behind the component's own requests.
+func LeadOrElect(ctx context.Context, cfg configs.LeaderElection, restConfig *rest.Config, userAgent string,
+	qps float32, burst int, identity string, health *Health, logger *slog.Logger, lead func(context.Context)) error {
+	if !cfg.LeaderElect {
+		lead(ctx)
+		return nil
+	}
+	client, err := NewClient(restConfig, userAgent, qps, burst)
+	if err != nil {
+		return err
+	}
+	return RunElected(ctx, Election{
+		Client:        client,
+		Namespace:     cfg.ResourceNamespace,
+		Name:          cfg.ResourceName,
+		Identity:      identity,
+		LeaseDuration: cfg.LeaseDuration,
+		RenewDeadline: cfg.RenewDeadline,
+		RetryPeriod:   cfg.RetryPeriod,
+		Health:        health,
+		Logger:        logger,
+	}, lead)
 }
