@@ -1,8 +1,6 @@
 package configs
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"time"
 )
@@ -11,54 +9,54 @@ import (
 // API server inside `miniplane up`).
 type APIServer struct {
 	// Listen is the HTTPS address; default 127.0.0.1:6443. Flag --listen.
-	Listen string `mapstructure:"listen"`
+	Listen string `mapstructure:"listen" flag:"listen" help:"HTTPS address"`
 	// InsecureListen opts in to a plain-HTTP listener without authentication. It must be a
 	// loopback address; default "" (off). Flag --insecure-listen.
-	InsecureListen string `mapstructure:"insecure-listen"`
+	InsecureListen string `mapstructure:"insecure-listen" flag:"insecure-listen" help:"opt-in plain-HTTP address without authentication; loopback only"`
 	// CertDir holds the generated CA and serving certificate (ca.crt, ca.key,
 	// apiserver.crt, apiserver.key); they are created on first start and kept. Flag --cert-dir.
-	CertDir string `mapstructure:"cert-dir"`
+	CertDir string `mapstructure:"cert-dir" flag:"cert-dir" help:"directory for the generated CA and serving certificate"`
 	// TLSSANs are extra DNS names or IPs for the generated serving certificate, for example
 	// the compose service name. Flag --tls-sans.
-	TLSSANs []string `mapstructure:"tls-sans"`
+	TLSSANs []string `mapstructure:"tls-sans" flag:"tls-sans" help:"extra DNS names or IPs for the serving certificate"`
 	// TLSCertFile and TLSPrivateKeyFile serve a certificate made elsewhere (for example by
 	// `miniplane certs`) instead of generating one; CertDir/ca.crt is then only reported
 	// to clients. Flags --tls-cert-file, --tls-private-key-file.
-	TLSCertFile       string `mapstructure:"tls-cert-file"`
-	TLSPrivateKeyFile string `mapstructure:"tls-private-key-file"`
+	TLSCertFile       string `mapstructure:"tls-cert-file" flag:"tls-cert-file" help:"serving certificate made elsewhere (default: generate one in --cert-dir)"`
+	TLSPrivateKeyFile string `mapstructure:"tls-private-key-file" flag:"tls-private-key-file" help:"key of the serving certificate given with --tls-cert-file"`
 	// TokenFile is a kube-apiserver token file: CSV lines `token,user,uid,"group1,group2"`.
 	// Flag --token-file.
-	TokenFile string `mapstructure:"token-file"`
+	TokenFile string `mapstructure:"token-file" flag:"token-file" help:"static token file: CSV lines token,user,uid,\"group1,group2\" (required)"`
 	// AdminGroups may do anything; default [system:masters].
-	AdminGroups []string `mapstructure:"admin-groups"`
+	AdminGroups []string `mapstructure:"admin-groups" flag:"admin-groups" help:"groups that may do anything"`
 	// ReadOnlyGroups may get, list and watch everything; default [miniplane:viewers].
-	ReadOnlyGroups []string `mapstructure:"read-only-groups"`
+	ReadOnlyGroups []string `mapstructure:"read-only-groups" flag:"read-only-groups" help:"groups that may get, list and watch everything"`
 
 	// EtcdServers selects an external etcd cluster; empty means an embedded member that
 	// keeps its data in EmbeddedEtcdDir. Flag --etcd-servers.
-	EtcdServers []string `mapstructure:"etcd-servers"`
+	EtcdServers []string `mapstructure:"etcd-servers" flag:"etcd-servers" help:"etcd client URLs; empty runs an embedded member"`
 	// EmbeddedEtcdDir is the embedded member's data dir; default ./.miniplane/etcd.
 	// Flag --embedded-etcd-dir.
-	EmbeddedEtcdDir string `mapstructure:"embedded-etcd-dir"`
+	EmbeddedEtcdDir string `mapstructure:"embedded-etcd-dir" flag:"embedded-etcd-dir" help:"data dir of the embedded etcd member"`
 	// EtcdCAFile, EtcdCertFile, EtcdKeyFile secure the connection to etcd.
-	EtcdCAFile   string `mapstructure:"etcd-cafile"`
-	EtcdCertFile string `mapstructure:"etcd-certfile"`
-	EtcdKeyFile  string `mapstructure:"etcd-keyfile"`
+	EtcdCAFile   string `mapstructure:"etcd-cafile" flag:"etcd-cafile" help:"CA bundle to verify etcd"`
+	EtcdCertFile string `mapstructure:"etcd-certfile" flag:"etcd-certfile" help:"client certificate for etcd"`
+	EtcdKeyFile  string `mapstructure:"etcd-keyfile" flag:"etcd-keyfile" help:"client key for etcd"`
 	// EtcdPrefix is the root of every key; default /registry.
-	EtcdPrefix string `mapstructure:"etcd-prefix"`
+	EtcdPrefix string `mapstructure:"etcd-prefix" flag:"etcd-prefix" help:"root of every key in etcd"`
 	// CompactionInterval is how often etcd history is compacted, keeping the revisions
 	// written during the last interval; default 5m; 0 disables. Flag --compaction-interval.
-	CompactionInterval time.Duration `mapstructure:"compaction-interval"`
+	CompactionInterval time.Duration `mapstructure:"compaction-interval" flag:"compaction-interval" help:"how often etcd history is compacted (0 disables)"`
 	// EventTTL is how long Events live; default 1h, as kube-apiserver.
-	EventTTL time.Duration `mapstructure:"event-ttl"`
+	EventTTL time.Duration `mapstructure:"event-ttl" flag:"event-ttl" help:"how long events are kept"`
 	// MaxRequestBodyBytes rejects larger bodies with 413; default 3 MiB, as kube-apiserver.
-	MaxRequestBodyBytes int64 `mapstructure:"max-request-body-bytes"`
+	MaxRequestBodyBytes int64 `mapstructure:"max-request-body-bytes" flag:"max-request-body-bytes" help:"larger request bodies are rejected with 413"`
 	// WatchCacheEvents is how many recent changes per resource the watch cache keeps for
 	// watches that resume from an older resourceVersion; default 10000.
-	WatchCacheEvents int `mapstructure:"watch-cache-events"`
+	WatchCacheEvents int `mapstructure:"watch-cache-events" flag:"watch-cache-events" help:"recent changes kept per resource for resuming watches"`
 	// MinRequestTimeout bounds watches that name no timeoutSeconds: each lasts a random
 	// time between this and twice this; default 30m, as kube-apiserver.
-	MinRequestTimeout time.Duration `mapstructure:"min-request-timeout"`
+	MinRequestTimeout time.Duration `mapstructure:"min-request-timeout" flag:"min-request-timeout" help:"watches without timeoutSeconds last between this and twice this"`
 }
 
 // DefaultAPIServer returns the secure loopback defaults.
@@ -78,46 +76,45 @@ func DefaultAPIServer() APIServer {
 	}
 }
 
-// Validate reports the first problem with c, naming the flag.
+// Validate reports the first problem with c.
 func (c APIServer) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("--listen %q: %w", c.Listen, err)
+		return invalidf("listen", "%q: %v", c.Listen, err)
 	}
 	if c.InsecureListen != "" {
 		host, _, err := net.SplitHostPort(c.InsecureListen)
 		if err != nil {
-			return fmt.Errorf("--insecure-listen %q: %w", c.InsecureListen, err)
+			return invalidf("insecure-listen", "%q: %v", c.InsecureListen, err)
 		}
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("--insecure-listen %q: the plain-HTTP listener is only allowed on a loopback address", c.InsecureListen)
+			return invalidf("insecure-listen", "%q: the plain-HTTP listener is only allowed on a loopback address", c.InsecureListen)
 		}
 	}
-	if c.CertDir == "" {
-		return errors.New("--cert-dir must not be empty")
-	}
-	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
-		return errors.New("--tls-cert-file and --tls-private-key-file go together")
-	}
-	if c.TokenFile == "" {
-		return errors.New("--token-file is required: every request must carry a bearer token")
-	}
-	if (c.EtcdCertFile == "") != (c.EtcdKeyFile == "") {
-		return errors.New("--etcd-certfile and --etcd-keyfile go together")
-	}
-	if c.CompactionInterval < 0 {
-		return errors.New("--compaction-interval must not be negative")
-	}
-	if c.EventTTL <= 0 {
-		return errors.New("--event-ttl must be positive")
-	}
-	if c.MaxRequestBodyBytes <= 0 {
-		return errors.New("--max-request-body-bytes must be positive")
-	}
-	if c.WatchCacheEvents < 100 {
-		return errors.New("--watch-cache-events must be at least 100")
-	}
-	if c.MinRequestTimeout <= 0 {
-		return errors.New("--min-request-timeout must be positive")
+	switch {
+	case c.CertDir == "":
+		return invalid("cert-dir", "must not be empty")
+	case c.TLSCertFile != "" && c.TLSPrivateKeyFile == "":
+		return invalid("tls-private-key-file", "is required with %s", "tls-cert-file")
+	case c.TLSCertFile == "" && c.TLSPrivateKeyFile != "":
+		return invalid("tls-cert-file", "is required with %s", "tls-private-key-file")
+	case c.TokenFile == "":
+		return invalid("token-file", "is required: every request must carry a bearer token")
+	case c.EtcdCertFile != "" && c.EtcdKeyFile == "":
+		return invalid("etcd-keyfile", "is required with %s", "etcd-certfile")
+	case c.EtcdCertFile == "" && c.EtcdKeyFile != "":
+		return invalid("etcd-certfile", "is required with %s", "etcd-keyfile")
+	case len(c.EtcdServers) == 0 && c.EmbeddedEtcdDir == "":
+		return invalid("embedded-etcd-dir", "must not be empty without %s", "etcd-servers")
+	case c.CompactionInterval < 0:
+		return invalid("compaction-interval", "must not be negative")
+	case c.EventTTL <= 0:
+		return invalid("event-ttl", "must be positive")
+	case c.MaxRequestBodyBytes <= 0:
+		return invalid("max-request-body-bytes", "must be positive")
+	case c.WatchCacheEvents < 100:
+		return invalid("watch-cache-events", "must be at least 100")
+	case c.MinRequestTimeout <= 0:
+		return invalid("min-request-timeout", "must be positive")
 	}
 	return nil
 }

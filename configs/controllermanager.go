@@ -1,9 +1,8 @@
 package configs
 
 import (
-	"errors"
-	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 )
@@ -26,14 +25,14 @@ var KnownControllers = []string{ControllerDaemonSet, ControllerGarbageCollector,
 // ControllerManager configures `miniplane controller-manager` (and its part of `miniplane up`).
 type ControllerManager struct {
 	// Kubeconfig is the client configuration; flag --kubeconfig.
-	Kubeconfig string `mapstructure:"kubeconfig"`
+	Kubeconfig string `mapstructure:"kubeconfig" flag:"kubeconfig" help:"kubeconfig of the controller-manager's API credentials"`
 	// Controllers selects the controllers to run, as kube-controller-manager's flag: names,
 	// "*" for all, "-name" to drop one; default all of daemonset, garbagecollector and
 	// nodelifecycle. Flag --controllers.
-	Controllers []string `mapstructure:"controllers"`
-	// FeatureGates switch features on or off, e.g. ScheduleDaemonSetPods: false.
-	// Flag --feature-gates=ScheduleDaemonSetPods=false.
-	FeatureGates map[string]bool `mapstructure:"feature-gates"`
+	Controllers []string `mapstructure:"controllers" flag:"controllers" help:"controllers to run: names, \"*\" for all, \"-name\" to drop one"`
+	// FeatureGates switch features on or off, e.g. ScheduleDaemonSetPods: false; default
+	// ScheduleDaemonSetPods on. Flag --feature-gates=ScheduleDaemonSetPods=false.
+	FeatureGates FeatureGates `mapstructure:"feature-gates" flag:"feature-gates" help:"feature gates, e.g. ScheduleDaemonSetPods=false"`
 
 	// LeaderElection makes replicas elect one active instance through a Lease.
 	LeaderElection LeaderElection `mapstructure:"leader-election"`
@@ -41,14 +40,14 @@ type ControllerManager struct {
 	// HealthListen is the plain-HTTP address of /healthz, /readyz and /metrics; default
 	// 127.0.0.1:10257 (kube-controller-manager's port); "" disables it; port 0 picks a free
 	// one. Flag --health-listen.
-	HealthListen string `mapstructure:"health-listen"`
+	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
 	// KubeAPIQPS and KubeAPIBurst rate-limit each controller's API client (each controller has
 	// its own client and user agent); defaults 5000 and 10000. kube-controller-manager's 20/30
 	// would make a 1,000-node rollout take 50 s; a rollout needs two requests per node, and
 	// the DaemonSet controller's own limits (burst replicas, slow start, failed-pod backoff)
 	// are what keep it from hammering the server. Flags --kube-api-qps, --kube-api-burst.
-	KubeAPIQPS   float32 `mapstructure:"kube-api-qps"`
-	KubeAPIBurst int     `mapstructure:"kube-api-burst"`
+	KubeAPIQPS   float32 `mapstructure:"kube-api-qps" flag:"kube-api-qps" help:"queries per second of each controller's API client"`
+	KubeAPIBurst int     `mapstructure:"kube-api-burst" flag:"kube-api-burst" help:"burst of each controller's API client"`
 
 	// DaemonSet configures the DaemonSet controller.
 	DaemonSet DaemonSetController `mapstructure:"daemonset"`
@@ -63,32 +62,21 @@ type ControllerManager struct {
 type LeaderElection struct {
 	// LeaderElect turns election on; default false (a single instance acts at once).
 	// Flag --leader-elect.
-	LeaderElect bool `mapstructure:"leader-elect"`
+	LeaderElect bool `mapstructure:"leader-elect" flag:"leader-elect" help:"elect a leader through a Lease before acting, so that several replicas can run"`
 	// LeaseDuration is how long followers wait after the last observed renewal before they
 	// take over; default 15s. Flag --leader-elect-lease-duration.
-	LeaseDuration time.Duration `mapstructure:"lease-duration"`
+	LeaseDuration time.Duration `mapstructure:"lease-duration" flag:"leader-elect-lease-duration" help:"how long followers wait after the last renewal before taking over"`
 	// RenewDeadline is how long the leader keeps retrying a renewal before it gives up and
 	// stops acting; default 10s. Flag --leader-elect-renew-deadline.
-	RenewDeadline time.Duration `mapstructure:"renew-deadline"`
+	RenewDeadline time.Duration `mapstructure:"renew-deadline" flag:"leader-elect-renew-deadline" help:"how long the leader retries renewing before it stops acting"`
 	// RetryPeriod is the interval between tries to acquire or renew; default 2s.
 	// Flag --leader-elect-retry-period.
-	RetryPeriod time.Duration `mapstructure:"retry-period"`
+	RetryPeriod time.Duration `mapstructure:"retry-period" flag:"leader-elect-retry-period" help:"interval between acquire and renew attempts"`
 	// ResourceNamespace and ResourceName name the Lease; defaults kube-system and
 	// kube-controller-manager (kube-scheduler for the scheduler).
 	// Flags --leader-elect-resource-namespace, --leader-elect-resource-name.
-	ResourceNamespace string `mapstructure:"resource-namespace"`
-	ResourceName      string `mapstructure:"resource-name"`
-}
-
-// LeaderElectionFlagKeys maps the leader-election flags (kube-controller-manager's names)
-// to their configuration keys, for Load.
-var LeaderElectionFlagKeys = map[string]string{
-	"leader-elect":                    "leader-election::leader-elect",
-	"leader-elect-lease-duration":     "leader-election::lease-duration",
-	"leader-elect-renew-deadline":     "leader-election::renew-deadline",
-	"leader-elect-retry-period":       "leader-election::retry-period",
-	"leader-elect-resource-namespace": "leader-election::resource-namespace",
-	"leader-elect-resource-name":      "leader-election::resource-name",
+	ResourceNamespace string `mapstructure:"resource-namespace" flag:"leader-elect-resource-namespace" help:"namespace of the Lease"`
+	ResourceName      string `mapstructure:"resource-name" flag:"leader-elect-resource-name" help:"name of the Lease"`
 }
 
 // DefaultLeaderElection returns kube-controller-manager's election defaults for the Lease
@@ -107,15 +95,21 @@ func DefaultLeaderElection(name string) LeaderElection {
 // so a typo shows up before someone turns it on.
 func (c LeaderElection) Validate() error {
 	switch {
-	case c.LeaseDuration <= 0 || c.RenewDeadline <= 0 || c.RetryPeriod <= 0:
-		return errors.New("leader-election durations must be positive")
+	case c.LeaseDuration <= 0:
+		return invalid("lease-duration", "must be positive")
+	case c.RenewDeadline <= 0:
+		return invalid("renew-deadline", "must be positive")
+	case c.RetryPeriod <= 0:
+		return invalid("retry-period", "must be positive")
 	case c.LeaseDuration <= c.RenewDeadline:
-		return errors.New("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline")
+		return invalid("lease-duration", "must be greater than %s", "renew-deadline")
 	case float64(c.RenewDeadline) <= 1.2*float64(c.RetryPeriod):
 		// client-go refuses this combination: a renewal needs room for at least one retry.
-		return errors.New("--leader-elect-renew-deadline must be greater than 1.2 × --leader-elect-retry-period")
-	case c.ResourceNamespace == "" || c.ResourceName == "":
-		return errors.New("--leader-elect-resource-namespace and --leader-elect-resource-name must not be empty")
+		return invalid("renew-deadline", "must be greater than 1.2 × %s", "retry-period")
+	case c.ResourceNamespace == "":
+		return invalid("resource-namespace", "must not be empty")
+	case c.ResourceName == "":
+		return invalid("resource-name", "must not be empty")
 	}
 	return nil
 }
@@ -124,7 +118,7 @@ func (c LeaderElection) Validate() error {
 type GarbageCollectorController struct {
 	// Workers is the number of concurrent dependents checks (--concurrent-gc-syncs); default 20,
 	// as kube-controller-manager.
-	Workers int `mapstructure:"workers"`
+	Workers int `mapstructure:"workers" flag:"concurrent-gc-syncs" help:"garbage collector workers"`
 }
 
 // NodeLifecycleController configures node health monitoring and taint-based eviction
@@ -132,30 +126,23 @@ type GarbageCollectorController struct {
 type NodeLifecycleController struct {
 	// MonitorPeriod is how often every node's health is checked; default 5s.
 	// Flag --node-monitor-period.
-	MonitorPeriod time.Duration `mapstructure:"node-monitor-period"`
+	MonitorPeriod time.Duration `mapstructure:"node-monitor-period" flag:"node-monitor-period" help:"how often node health is checked"`
 	// GracePeriod is how long a node may go without renewing its Lease or Ready heartbeat
 	// before it is marked Ready=Unknown and tainted unreachable; default 40s.
 	// Flag --node-monitor-grace-period.
-	GracePeriod time.Duration `mapstructure:"node-monitor-grace-period"`
+	GracePeriod time.Duration `mapstructure:"node-monitor-grace-period" flag:"node-monitor-grace-period" help:"how long a node may stop heartbeating before it is marked Unknown and tainted unreachable"`
 	// StartupGracePeriod replaces GracePeriod for a node that never posted Ready; default 1m.
 	// Flag --node-startup-grace-period.
-	StartupGracePeriod time.Duration `mapstructure:"node-startup-grace-period"`
+	StartupGracePeriod time.Duration `mapstructure:"node-startup-grace-period" flag:"node-startup-grace-period" help:"grace period of a node that never posted Ready"`
 	// Workers is the number of concurrent node and pod-eviction syncs; default 4.
 	Workers int `mapstructure:"workers"`
-}
-
-// NodeLifecycleFlagKeys maps node lifecycle flags to their configuration keys, for Load.
-var NodeLifecycleFlagKeys = map[string]string{
-	"node-monitor-period":       "nodelifecycle::node-monitor-period",
-	"node-monitor-grace-period": "nodelifecycle::node-monitor-grace-period",
-	"node-startup-grace-period": "nodelifecycle::node-startup-grace-period",
 }
 
 // DefaultControllerManager returns the defaults.
 func DefaultControllerManager() ControllerManager {
 	return ControllerManager{
 		Controllers:      append([]string(nil), KnownControllers...),
-		FeatureGates:     map[string]bool{FeatureScheduleDaemonSetPods: true},
+		FeatureGates:     FeatureGates{FeatureScheduleDaemonSetPods: true},
 		LeaderElection:   DefaultLeaderElection("kube-controller-manager"),
 		HealthListen:     "127.0.0.1:10257",
 		KubeAPIQPS:       5000,
@@ -171,16 +158,26 @@ func DefaultControllerManager() ControllerManager {
 	}
 }
 
-// FeatureEnabled reports whether the named gate is on (unknown gates are off). Names match
-// case-insensitively because viper lower-cases map keys read from files and flags.
-func (c ControllerManager) FeatureEnabled(name string) bool {
-	for k, v := range c.FeatureGates {
-		if strings.EqualFold(k, name) {
-			return v
+// FeatureGates switch features on or off by name.
+type FeatureGates map[string]bool
+
+// knownFeatureGates are the gates miniplane understands, in their canonical spelling.
+var knownFeatureGates = []string{FeatureScheduleDaemonSetPods}
+
+// CanonicalKey spells a known gate the canonical way, whatever case it was written in, so
+// that a gate set in a file, the environment and a flag is one entry (Binding merges map
+// keys through it). Unknown gates are kept as written, for Validate to report.
+func (FeatureGates) CanonicalKey(name string) string {
+	for _, g := range knownFeatureGates {
+		if strings.EqualFold(g, name) {
+			return g
 		}
 	}
-	return false
+	return name
 }
+
+// FeatureEnabled reports whether the named gate is on (unknown gates are off).
+func (c ControllerManager) FeatureEnabled(name string) bool { return c.FeatureGates[name] }
 
 // ControllerEnabled reports whether the named controller is selected by Controllers:
 // an explicit "-name" wins, then "name", then "*".
@@ -206,8 +203,8 @@ func (c ControllerManager) ControllerEnabled(name string) bool {
 // Validate reports the first problem with c.
 func (c ControllerManager) Validate() error {
 	for name := range c.FeatureGates {
-		if !strings.EqualFold(name, FeatureScheduleDaemonSetPods) {
-			return fmt.Errorf("--feature-gates: unknown feature gate %q", name)
+		if !slices.Contains(knownFeatureGates, name) {
+			return invalidf("feature-gates", "unknown feature gate %q (known: %s)", name, strings.Join(knownFeatureGates, ", "))
 		}
 	}
 	for _, s := range c.Controllers {
@@ -216,36 +213,52 @@ func (c ControllerManager) Validate() error {
 			continue
 		}
 		if !knownController(name) {
-			return fmt.Errorf("--controllers: unknown controller %q (known: %s)", s, strings.Join(KnownControllers, ", "))
+			return invalidf("controllers", "unknown controller %q (known: %s)", s, strings.Join(KnownControllers, ", "))
 		}
 	}
 	if err := c.LeaderElection.Validate(); err != nil {
-		return err
+		return within("leader-election", err)
 	}
 	if err := validateHealthListen(c.HealthListen); err != nil {
 		return err
 	}
-	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1 {
-		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	if c.KubeAPIQPS <= 0 {
+		return invalid("kube-api-qps", "must be positive")
+	}
+	if c.KubeAPIBurst < 1 {
+		return invalid("kube-api-burst", "must be at least 1")
 	}
 	if err := c.DaemonSet.Validate(); err != nil {
-		return err
+		return within("daemonset", err)
 	}
 	if c.GarbageCollector.Workers < 1 {
-		return errors.New("garbagecollector::workers must be at least 1")
+		return invalid("garbagecollector::workers", "must be at least 1")
 	}
-	nl := c.NodeLifecycle
+	return within("nodelifecycle", c.NodeLifecycle.Validate())
+}
+
+// Validate reports the first problem with c.
+func (c NodeLifecycleController) Validate() error {
 	switch {
-	case nl.MonitorPeriod <= 0:
-		return errors.New("--node-monitor-period must be positive")
-	case nl.GracePeriod <= nl.MonitorPeriod:
-		return errors.New("--node-monitor-grace-period must be greater than --node-monitor-period")
-	case nl.StartupGracePeriod <= 0:
-		return errors.New("--node-startup-grace-period must be positive")
-	case nl.Workers < 1:
-		return errors.New("nodelifecycle::workers must be at least 1")
+	case c.MonitorPeriod <= 0:
+		return invalid("node-monitor-period", "must be positive")
+	case c.GracePeriod <= c.MonitorPeriod:
+		return invalid("node-monitor-grace-period", "must be greater than %s", "node-monitor-period")
+	case c.StartupGracePeriod <= 0:
+		return invalid("node-startup-grace-period", "must be positive")
+	case c.Workers < 1:
+		return invalid("workers", "must be at least 1")
 	}
 	return nil
+}
+
+// ValidateStandalone is Validate for `miniplane controller-manager`, which needs a
+// kubeconfig to reach the API server.
+func (c ControllerManager) ValidateStandalone() error {
+	if c.Kubeconfig == "" {
+		return invalid("kubeconfig", "is required")
+	}
+	return c.Validate()
 }
 
 func knownController(name string) bool {
@@ -263,7 +276,7 @@ func validateHealthListen(addr string) error {
 		return nil
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("--health-listen: %w", err)
+		return invalidf("health-listen", "%v", err)
 	}
 	return nil
 }

@@ -23,22 +23,13 @@ garbagecollector:
 		t.Fatal(err)
 	}
 	t.Setenv("MINIPLANE_KUBE_API_QPS", "50")
+	cfg := DefaultControllerManager()
 	flags := pflag.NewFlagSet("cm", pflag.ContinueOnError)
-	flags.Bool("leader-elect", false, "")
-	flags.Duration("node-monitor-grace-period", 0, "")
-	flags.StringToString("feature-gates", nil, "")
-	if err := flags.Parse([]string{"--leader-elect", "--node-monitor-grace-period=30s", "--feature-gates=ScheduleDaemonSetPods=false"}); err != nil {
+	b := Bind(flags, &cfg)
+	if err := flags.Parse([]string{"--config", file, "--leader-elect", "--node-monitor-grace-period=30s", "--feature-gates=ScheduleDaemonSetPods=false"}); err != nil {
 		t.Fatal(err)
 	}
-	keys := map[string]string{}
-	for k, v := range LeaderElectionFlagKeys {
-		keys[k] = v
-	}
-	for k, v := range NodeLifecycleFlagKeys {
-		keys[k] = v
-	}
-	cfg := DefaultControllerManager()
-	if err := Load(&cfg, file, flags, keys); err != nil {
+	if err := b.Load(); err != nil {
 		t.Fatal(err)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -77,7 +68,8 @@ func TestControllerManagerValidate(t *testing.T) {
 		{name: "grace not above monitor period", mutate: func(c *ControllerManager) { c.NodeLifecycle.GracePeriod = c.NodeLifecycle.MonitorPeriod }},
 		{name: "bad health address", mutate: func(c *ControllerManager) { c.HealthListen = "10257" }},
 		{name: "health disabled", mutate: func(c *ControllerManager) { c.HealthListen = "" }, ok: true},
-		{name: "unknown gate", mutate: func(c *ControllerManager) { c.FeatureGates = map[string]bool{"Nope": true} }},
+		{name: "gate in another case", mutate: func(c *ControllerManager) { c.FeatureGates = FeatureGates{"scheduledaemonsetpods": false} }},
+		{name: "unknown gate", mutate: func(c *ControllerManager) { c.FeatureGates = FeatureGates{"Nope": true} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

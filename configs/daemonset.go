@@ -1,15 +1,12 @@
 package configs
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // DaemonSetController configures the DaemonSet controller (a section of ControllerManager).
-// The defaults are kube-controller-manager's; see daemonset-behavior.md (c).
+// The defaults are kube-controller-manager's; docs/daemonset-controller.md explains each.
 type DaemonSetController struct {
 	// Workers is the number of concurrent syncs (--concurrent-daemonset-syncs); default 2.
-	Workers int `mapstructure:"workers"`
+	Workers int `mapstructure:"workers" flag:"concurrent-daemonset-syncs" help:"DaemonSets synced concurrently"`
 	// BurstReplicas caps creates and, separately, deletes issued per sync; default 250.
 	BurstReplicas int `mapstructure:"burst-replicas"`
 	// ExpectationsTimeout is how long unobserved creates/deletes block a sync; default 5m.
@@ -38,15 +35,17 @@ func DefaultDaemonSetController() DaemonSetController {
 func (c DaemonSetController) Validate() error {
 	switch {
 	case c.Workers < 1:
-		return errors.New("daemonset::workers must be at least 1")
+		return invalid("workers", "must be at least 1")
 	case c.BurstReplicas < 1:
-		return errors.New("daemonset::burst-replicas must be at least 1")
+		return invalid("burst-replicas", "must be at least 1")
 	case c.ExpectationsTimeout <= 0:
-		return errors.New("daemonset::expectations-timeout must be positive")
-	case c.FailedPodBackoffInitial <= 0 || c.FailedPodBackoffMax < c.FailedPodBackoffInitial:
-		return errors.New("daemonset::failed-pod-backoff-initial must be positive and not above failed-pod-backoff-max")
+		return invalid("expectations-timeout", "must be positive")
+	case c.FailedPodBackoffInitial <= 0:
+		return invalid("failed-pod-backoff-initial", "must be positive")
+	case c.FailedPodBackoffMax < c.FailedPodBackoffInitial:
+		return invalid("failed-pod-backoff-max", "must not be below %s", "failed-pod-backoff-initial")
 	case c.BackoffGCInterval <= 0:
-		return errors.New("daemonset::backoff-gc-interval must be positive")
+		return invalid("backoff-gc-interval", "must be positive")
 	}
 	return nil
 }

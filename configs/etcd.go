@@ -1,50 +1,46 @@
 package configs
 
-import (
-	"errors"
-	"fmt"
-	"net/url"
-)
+import "net/url"
 
 // Etcd configures one etcd member started in-process (`miniplane etcd`, and the embedded
 // member of `miniplane up`).
 type Etcd struct {
 	// Name of this member; default "default". Flag --name.
-	Name string `mapstructure:"name"`
+	Name string `mapstructure:"name" flag:"name" help:"member name"`
 	// DataDir holds the member's WAL and snapshots. Flag --data-dir.
-	DataDir string `mapstructure:"data-dir"`
+	DataDir string `mapstructure:"data-dir" flag:"data-dir" help:"member data directory"`
 	// ListenClientURLs: where clients connect; default http://127.0.0.1:2379.
-	ListenClientURLs []string `mapstructure:"listen-client-urls"`
+	ListenClientURLs []string `mapstructure:"listen-client-urls" flag:"listen-client-urls" help:"URLs to serve clients on"`
 	// AdvertiseClientURLs: client URLs told to the cluster; default ListenClientURLs.
-	AdvertiseClientURLs []string `mapstructure:"advertise-client-urls"`
+	AdvertiseClientURLs []string `mapstructure:"advertise-client-urls" flag:"advertise-client-urls" help:"client URLs to advertise (default: the listen URLs)"`
 	// ListenPeerURLs: where other members connect; default http://127.0.0.1:2380.
-	ListenPeerURLs []string `mapstructure:"listen-peer-urls"`
+	ListenPeerURLs []string `mapstructure:"listen-peer-urls" flag:"listen-peer-urls" help:"URLs to serve peers on"`
 	// InitialAdvertisePeerURLs: peer URLs told to the cluster; default ListenPeerURLs.
-	InitialAdvertisePeerURLs []string `mapstructure:"initial-advertise-peer-urls"`
+	InitialAdvertisePeerURLs []string `mapstructure:"initial-advertise-peer-urls" flag:"initial-advertise-peer-urls" help:"peer URLs to advertise (default: the listen URLs)"`
 	// InitialCluster: "name=peerURL,..." for bootstrapping; default this member alone.
-	InitialCluster string `mapstructure:"initial-cluster"`
+	InitialCluster string `mapstructure:"initial-cluster" flag:"initial-cluster" help:"name=peerURL,... of every member at bootstrap (default: this member alone)"`
 	// InitialClusterState: "new" or "existing"; default "new".
-	InitialClusterState string `mapstructure:"initial-cluster-state"`
+	InitialClusterState string `mapstructure:"initial-cluster-state" flag:"initial-cluster-state" help:"new or existing"`
 	// InitialClusterToken distinguishes clusters bootstrapped on one network.
-	InitialClusterToken string `mapstructure:"initial-cluster-token"`
+	InitialClusterToken string `mapstructure:"initial-cluster-token" flag:"initial-cluster-token" help:"token that tells clusters apart"`
 
 	// CertFile/KeyFile serve client connections over TLS; TrustedCAFile with
 	// ClientCertAuth requires clients to present a certificate signed by that CA.
-	CertFile       string `mapstructure:"cert-file"`
-	KeyFile        string `mapstructure:"key-file"`
-	TrustedCAFile  string `mapstructure:"trusted-ca-file"`
-	ClientCertAuth bool   `mapstructure:"client-cert-auth"`
+	CertFile       string `mapstructure:"cert-file" flag:"cert-file" help:"client TLS certificate"`
+	KeyFile        string `mapstructure:"key-file" flag:"key-file" help:"client TLS key"`
+	TrustedCAFile  string `mapstructure:"trusted-ca-file" flag:"trusted-ca-file" help:"CA for client certificates"`
+	ClientCertAuth bool   `mapstructure:"client-cert-auth" flag:"client-cert-auth" help:"require client certificates"`
 	// PeerCertFile/PeerKeyFile/PeerTrustedCAFile secure member-to-member traffic.
-	PeerCertFile      string `mapstructure:"peer-cert-file"`
-	PeerKeyFile       string `mapstructure:"peer-key-file"`
-	PeerTrustedCAFile string `mapstructure:"peer-trusted-ca-file"`
+	PeerCertFile      string `mapstructure:"peer-cert-file" flag:"peer-cert-file" help:"peer TLS certificate"`
+	PeerKeyFile       string `mapstructure:"peer-key-file" flag:"peer-key-file" help:"peer TLS key"`
+	PeerTrustedCAFile string `mapstructure:"peer-trusted-ca-file" flag:"peer-trusted-ca-file" help:"CA for peer certificates (enables peer client-cert auth)"`
 
 	// UnsafeNoFsync skips fsync: only for tests, where durability does not matter.
-	UnsafeNoFsync bool `mapstructure:"unsafe-no-fsync"`
+	UnsafeNoFsync bool `mapstructure:"unsafe-no-fsync" flag:"unsafe-no-fsync" help:"skip fsync (tests only)"`
 	// QuotaBackendBytes caps the backend size; default 8 GiB (etcd's recommended maximum).
-	QuotaBackendBytes int64 `mapstructure:"quota-backend-bytes"`
+	QuotaBackendBytes int64 `mapstructure:"quota-backend-bytes" flag:"quota-backend-bytes" help:"backend size limit"`
 	// HealthListen serves /healthz, /readyz and /metrics for this member; "" disables.
-	HealthListen string `mapstructure:"health-listen"`
+	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"address for /healthz, /readyz and /metrics (empty: off)"`
 }
 
 // DefaultEtcd returns the configuration of a single loopback member.
@@ -60,35 +56,36 @@ func DefaultEtcd() Etcd {
 	}
 }
 
-// Validate reports the first problem with c, naming the flag.
+// Validate reports the first problem with c.
 func (c Etcd) Validate() error {
-	if c.Name == "" {
-		return errors.New("--name must not be empty")
+	switch {
+	case c.Name == "":
+		return invalid("name", "must not be empty")
+	case c.DataDir == "":
+		return invalid("data-dir", "must not be empty")
+	case len(c.ListenClientURLs) == 0:
+		return invalid("listen-client-urls", "must not be empty")
 	}
-	if c.DataDir == "" {
-		return errors.New("--data-dir must not be empty")
-	}
-	for flag, urls := range map[string][]string{
-		"--listen-client-urls": c.ListenClientURLs, "--advertise-client-urls": c.AdvertiseClientURLs,
-		"--listen-peer-urls": c.ListenPeerURLs, "--initial-advertise-peer-urls": c.InitialAdvertisePeerURLs,
+	for _, list := range []struct {
+		key  string
+		urls []string
+	}{
+		{"listen-client-urls", c.ListenClientURLs}, {"advertise-client-urls", c.AdvertiseClientURLs},
+		{"listen-peer-urls", c.ListenPeerURLs}, {"initial-advertise-peer-urls", c.InitialAdvertisePeerURLs},
 	} {
-		for _, u := range urls {
+		for _, u := range list.urls {
 			if _, err := url.Parse(u); err != nil {
-				return fmt.Errorf("%s: %w", flag, err)
+				return invalidf(list.key, "%v", err)
 			}
 		}
 	}
-	if len(c.ListenClientURLs) == 0 {
-		return errors.New("--listen-client-urls must not be empty")
-	}
-	if c.InitialClusterState != "new" && c.InitialClusterState != "existing" {
-		return fmt.Errorf("--initial-cluster-state must be \"new\" or \"existing\", not %q", c.InitialClusterState)
-	}
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		return errors.New("--cert-file and --key-file go together")
-	}
-	if (c.PeerCertFile == "") != (c.PeerKeyFile == "") {
-		return errors.New("--peer-cert-file and --peer-key-file go together")
+	switch {
+	case c.InitialClusterState != "new" && c.InitialClusterState != "existing":
+		return invalidf("initial-cluster-state", "must be \"new\" or \"existing\", not %q", c.InitialClusterState)
+	case (c.CertFile == "") != (c.KeyFile == ""):
+		return invalid("cert-file", "and %s go together", "key-file")
+	case (c.PeerCertFile == "") != (c.PeerKeyFile == ""):
+		return invalid("peer-cert-file", "and %s go together", "peer-key-file")
 	}
 	return nil
 }

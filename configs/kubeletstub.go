@@ -41,20 +41,20 @@ const (
 // sharing one pod watch and one node watch.
 //
 // Every node is built from Template; an entry of Overrides with the node's name overrides the
-// fields it sets to non-zero values (labels and annotations are merged key by key). Note that
-// viper lower-cases map keys read from files, so label keys and values should be lower-case.
+// fields it sets to non-zero values (labels and annotations are merged key by key). Map keys
+// (labels, annotations, conditions) keep the case they are written in.
 type KubeletStub struct {
 	// Kubeconfig is the client configuration; flag --kubeconfig.
-	Kubeconfig string `mapstructure:"kubeconfig"`
+	Kubeconfig string `mapstructure:"kubeconfig" flag:"kubeconfig" help:"kubeconfig with the stub's node credentials"`
 	// NodeName runs a single node with this name; flag --node-name. Empty runs a fleet.
-	NodeName string `mapstructure:"node-name"`
+	NodeName string `mapstructure:"node-name" flag:"node-name" help:"run a single node with this name"`
 	// Nodes is the fleet size when NodeName is empty; default 1. Flag --nodes.
-	Nodes int `mapstructure:"nodes"`
+	Nodes int `mapstructure:"nodes" flag:"nodes" help:"fleet size when --node-name is not set"`
 	// NodePrefix names fleet nodes NodePrefix-<i>; default "stub-node". Flag --node-prefix.
-	NodePrefix string `mapstructure:"node-prefix"`
+	NodePrefix string `mapstructure:"node-prefix" flag:"node-prefix" help:"fleet nodes are named PREFIX-0 … PREFIX-(N-1)"`
 	// HealthListen serves /healthz, /readyz and /metrics; "" (the default) disables it and
 	// port 0 picks a free port. Flag --health-listen.
-	HealthListen string `mapstructure:"health-listen"`
+	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
 
 	// ClientQPS and ClientBurst override the client rate limit; 0 (the default) sizes it to
 	// the fleet: QPS 200 + nodes, burst twice that (or the kubeconfig's, when higher). Every
@@ -106,10 +106,10 @@ type KubeletStub struct {
 type StubNodeTemplate struct {
 	// Labels are added to the node at registration. kubernetes.io/hostname (the node name),
 	// kubernetes.io/os (linux) and kubernetes.io/arch (amd64) are set unless given here.
-	Labels map[string]string `mapstructure:"labels"`
+	Labels map[string]string `mapstructure:"labels" flag:"node-labels" help:"labels of every node, as kubelet --node-labels"`
 	// Annotations are added to the node at registration; stub.miniplane.io/* fault
 	// annotations set here take effect like ones added later with kubectl.
-	Annotations map[string]string `mapstructure:"annotations"`
+	Annotations map[string]string `mapstructure:"annotations" flag:"node-annotations" help:"annotations of every node (stub.miniplane.io/* faults among them)"`
 	// Taints are set on the node at registration (like kubelet --register-with-taints).
 	Taints []StubTaint `mapstructure:"taints"`
 	// Capacity is the node's capacity; default cpu 4, memory 16Gi, pods 110,
@@ -166,9 +166,21 @@ type StubFaults struct {
 	FailRate float64 `mapstructure:"fail-rate"`
 	// Conditions force node conditions, e.g. {MemoryPressure: "True"}. Keys match the
 	// condition type case-insensitively; values are True, False or Unknown.
-	Conditions map[string]string `mapstructure:"conditions"`
+	Conditions NodeConditions `mapstructure:"conditions" flag:"node-conditions" help:"node conditions every node reports, e.g. MemoryPressure=True"`
 	// StopHeartbeats stops status updates and lease renewals.
 	StopHeartbeats bool `mapstructure:"stop-heartbeats"`
+}
+
+// NodeConditions maps a node condition type to the status a stub forces it to.
+type NodeConditions map[string]string
+
+// CanonicalKey spells a condition type the stub reports the canonical way (MemoryPressure),
+// so that one written in another case is the same entry; others are kept for Validate.
+func (NodeConditions) CanonicalKey(name string) string {
+	if t, ok := StubConditionType(name); ok {
+		return t
+	}
+	return name
 }
 
 // StubNodeOverride customises the node called Name; its fields override the template's when
@@ -279,11 +291,11 @@ func (r StubResources) merge(o StubResources) StubResources {
 	return r
 }
 
-func mergeStringMaps(a, b map[string]string) map[string]string {
+func mergeStringMaps[M ~map[string]string](a, b M) M {
 	if len(b) == 0 {
 		return a
 	}
-	out := make(map[string]string, len(a)+len(b))
+	out := make(M, len(a)+len(b))
 	for k, v := range a {
 		out[k] = v
 	}
@@ -293,84 +305,107 @@ func mergeStringMaps(a, b map[string]string) map[string]string {
 	return out
 }
 
-// Validate reports the first problem with c, naming the flag or key.
+// Validate reports the first problem with c.
 func (c KubeletStub) Validate() error {
 	if c.NodeName != "" && c.Nodes > 1 {
-		return errors.New("--node-name runs one node: do not combine it with --nodes > 1")
+		return invalid("node-name", "runs one node: do not combine it with %s > 1", "nodes")
 	}
 	if c.NodeName == "" {
 		if c.Nodes < 1 {
-			return errors.New("--nodes must be at least 1 (or set --node-name)")
+			return invalid("nodes", "must be at least 1 (or set %s)", "node-name")
 		}
 		if c.NodePrefix == "" {
-			return errors.New("--node-prefix must not be empty")
+			return invalid("node-prefix", "must not be empty")
 		}
 	}
 	names := c.NodeNames()
 	for _, name := range []string{names[0], names[len(names)-1]} {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-			return fmt.Errorf("node name %q: %s", name, strings.Join(errs, "; "))
+			key := "node-prefix"
+			if c.NodeName != "" {
+				key = "node-name"
+			}
+			return invalidf(key, "node name %q: %s", name, strings.Join(errs, "; "))
 		}
 	}
-	if c.HealthListen != "" {
-		if _, _, err := net.SplitHostPort(c.HealthListen); err != nil {
-			return fmt.Errorf("--health-listen %q: %w", c.HealthListen, err)
-		}
-	}
-	if c.ClientBurst < 0 {
-		return errors.New("client-burst must not be negative")
+	if err := validateHealthListen(c.HealthListen); err != nil {
+		return err
 	}
 	switch {
+	case c.ClientBurst < 0:
+		return invalid("client-burst", "must not be negative")
 	case c.HeartbeatInterval <= 0:
-		return errors.New("heartbeat-interval must be positive")
+		return invalid("heartbeat-interval", "must be positive")
 	case c.ReportInterval < c.HeartbeatInterval:
-		return errors.New("report-interval must not be shorter than heartbeat-interval")
+		return invalid("report-interval", "must not be shorter than %s", "heartbeat-interval")
 	case c.LeaseDuration <= 0 || c.LeaseDuration%time.Second != 0:
-		return errors.New("lease-duration must be a positive whole number of seconds")
+		return invalid("lease-duration", "must be a positive whole number of seconds")
 	case c.LeaseRenewInterval <= 0 || c.LeaseRenewInterval >= c.LeaseDuration:
-		return errors.New("lease-renew-interval must be positive and shorter than lease-duration")
+		return invalid("lease-renew-interval", "must be positive and shorter than %s", "lease-duration")
 	case c.HeartbeatWorkers < 1:
-		return errors.New("heartbeat-workers must be at least 1")
+		return invalid("heartbeat-workers", "must be at least 1")
 	case c.PodWorkers < 1:
-		return errors.New("pod-workers must be at least 1")
+		return invalid("pod-workers", "must be at least 1")
 	}
-	_, podNet, err := net.ParseCIDR(c.PodCIDR)
-	if err != nil || podNet.IP.To4() == nil {
-		return fmt.Errorf("pod-cidr %q must be an IPv4 CIDR", c.PodCIDR)
-	}
-	ones, _ := podNet.Mask.Size()
-	if c.NodeCIDRMaskSize < ones || c.NodeCIDRMaskSize > 30 {
-		return fmt.Errorf("node-cidr-mask-size must be between %d (the pod-cidr's) and 30", ones)
-	}
-	if blocks := 1 << (c.NodeCIDRMaskSize - ones); c.NodeName == "" && c.Nodes > blocks {
-		return fmt.Errorf("pod-cidr %s has %d blocks of /%d, fewer than --nodes %d", c.PodCIDR, blocks, c.NodeCIDRMaskSize, c.Nodes)
-	}
-	_, ipNet, err := net.ParseCIDR(c.InternalIPCIDR)
-	if err != nil || ipNet.IP.To4() == nil {
-		return fmt.Errorf("internal-ip-cidr %q must be an IPv4 CIDR", c.InternalIPCIDR)
-	}
-	if ipOnes, _ := ipNet.Mask.Size(); len(names)+2 > 1<<(32-ipOnes) {
-		return fmt.Errorf("internal-ip-cidr %s is too small for %d nodes", c.InternalIPCIDR, len(names))
-	}
-	if err := c.Template.validate("template", c.NodeCIDRMaskSize); err != nil {
+	if err := c.validateNetworks(len(names)); err != nil {
 		return err
+	}
+	if err := c.Template.validate("", c.NodeCIDRMaskSize); err != nil {
+		return within("template", err)
 	}
 	for i, o := range c.Overrides {
 		if o.Name == "" {
-			return fmt.Errorf("overrides[%d]: name is required", i)
+			return invalidf("overrides", "entry %d: name is required", i)
 		}
-		if err := c.NodeTemplate(o.Name).validate(fmt.Sprintf("overrides[%d] (%s)", i, o.Name), c.NodeCIDRMaskSize); err != nil {
+		if err := c.NodeTemplate(o.Name).validate(fmt.Sprintf("entry %d (%s): ", i, o.Name), c.NodeCIDRMaskSize); err != nil {
+			var oe *OptionError
+			if errors.As(err, &oe) {
+				// The override's key inside the entry names the option; the message says which entry.
+				return invalid("overrides", oe.Keys[0]+": "+oe.Format)
+			}
 			return err
 		}
 	}
 	return nil
 }
 
+// validateNetworks checks that the pod and node address ranges hold nodes nodes.
+func (c KubeletStub) validateNetworks(nodes int) error {
+	_, podNet, err := net.ParseCIDR(c.PodCIDR)
+	if err != nil || podNet.IP.To4() == nil {
+		return invalidf("pod-cidr", "%q must be an IPv4 CIDR", c.PodCIDR)
+	}
+	ones, _ := podNet.Mask.Size()
+	if c.NodeCIDRMaskSize < ones || c.NodeCIDRMaskSize > 30 {
+		return invalidf("node-cidr-mask-size", "must be between %d (the pod-cidr's) and 30", ones)
+	}
+	if blocks := 1 << (c.NodeCIDRMaskSize - ones); c.NodeName == "" && c.Nodes > blocks {
+		return invalidf("pod-cidr", "%s has %d blocks of /%d, fewer than the %d nodes", c.PodCIDR, blocks, c.NodeCIDRMaskSize, c.Nodes)
+	}
+	_, ipNet, err := net.ParseCIDR(c.InternalIPCIDR)
+	if err != nil || ipNet.IP.To4() == nil {
+		return invalidf("internal-ip-cidr", "%q must be an IPv4 CIDR", c.InternalIPCIDR)
+	}
+	if ipOnes, _ := ipNet.Mask.Size(); nodes+2 > 1<<(32-ipOnes) {
+		return invalidf("internal-ip-cidr", "%s is too small for %d nodes", c.InternalIPCIDR, nodes)
+	}
+	return nil
+}
+
+// ValidateStandalone is Validate for `miniplane kubeletstub`, which needs a kubeconfig to
+// reach the API server.
+func (c KubeletStub) ValidateStandalone() error {
+	if c.Kubeconfig == "" {
+		return invalid("kubeconfig", "is required")
+	}
+	return c.Validate()
+}
+
 // stubConditionTypes are the node conditions a stub reports, in the kubelet's order.
 var stubConditionTypes = []string{"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"}
 
 // StubConditionType returns the canonical spelling of a node condition type the stub reports
-// (matching case-insensitively, since viper lower-cases map keys), or false.
+// (matching case-insensitively, as the stub.miniplane.io/conditions annotation does), or false.
 func StubConditionType(name string) (string, bool) {
 	for _, t := range stubConditionTypes {
 		if strings.EqualFold(t, name) {
@@ -391,76 +426,81 @@ func StubConditionStatus(value string) (string, bool) {
 	return "", false
 }
 
+// validate checks a node template; where prefixes every message (the override entry).
 func (t StubNodeTemplate) validate(where string, nodeMaskSize int) error {
+	bad := func(key, format string, args ...any) error { return invalidf(key, where+format, args...) }
 	for k, v := range t.Labels {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return fmt.Errorf("%s: label key %q: %s", where, k, strings.Join(errs, "; "))
+			return bad("labels", "key %q: %s", k, strings.Join(errs, "; "))
 		}
 		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			return fmt.Errorf("%s: label %s value %q: %s", where, k, v, strings.Join(errs, "; "))
+			return bad("labels", "%s value %q: %s", k, v, strings.Join(errs, "; "))
 		}
 	}
 	for _, taint := range t.Taints {
 		if errs := validation.IsQualifiedName(taint.Key); len(errs) > 0 {
-			return fmt.Errorf("%s: taint key %q: %s", where, taint.Key, strings.Join(errs, "; "))
+			return bad("taints", "key %q: %s", taint.Key, strings.Join(errs, "; "))
 		}
 		switch taint.Effect {
 		case "NoSchedule", "PreferNoSchedule", "NoExecute":
 		default:
-			return fmt.Errorf("%s: taint %s: effect must be NoSchedule, PreferNoSchedule or NoExecute, not %q", where, taint.Key, taint.Effect)
+			return bad("taints", "%s: effect must be NoSchedule, PreferNoSchedule or NoExecute, not %q", taint.Key, taint.Effect)
 		}
 	}
-	for name, r := range map[string]StubResources{"capacity": t.Capacity, "allocatable": t.Allocatable} {
-		for field, q := range map[string]string{"cpu": r.CPU, "memory": r.Memory, "ephemeral-storage": r.EphemeralStorage} {
+	for _, r := range []struct {
+		key string
+		res StubResources
+	}{{"capacity", t.Capacity}, {"allocatable", t.Allocatable}} {
+		for field, q := range map[string]string{"cpu": r.res.CPU, "memory": r.res.Memory, "ephemeral-storage": r.res.EphemeralStorage} {
 			if q == "" {
 				continue
 			}
 			if v, err := resource.ParseQuantity(q); err != nil || v.Sign() < 0 {
-				return fmt.Errorf("%s: %s %s %q is not a non-negative quantity", where, name, field, q)
+				return bad(r.key, "%s %q is not a non-negative quantity", field, q)
 			}
 		}
-		if r.Pods < 0 {
-			return fmt.Errorf("%s: %s pods must not be negative", where, name)
+		if r.res.Pods < 0 {
+			return bad(r.key, "pods must not be negative")
 		}
 	}
 	if t.Capacity.CPU == "" || t.Capacity.Memory == "" || t.Capacity.Pods == 0 {
-		return fmt.Errorf("%s: capacity needs cpu, memory and pods", where)
+		return bad("capacity", "needs cpu, memory and pods")
 	}
 	maxPods := t.Capacity.Pods
 	if t.Allocatable.Pods != 0 {
 		maxPods = t.Allocatable.Pods
 	}
 	if ips := 1<<(32-nodeMaskSize) - 2; maxPods > ips {
-		return fmt.Errorf("%s: %d pods do not fit the %d pod IPs of a /%d node block", where, maxPods, ips, nodeMaskSize)
+		return bad("capacity", "%d pods do not fit the %d pod IPs of a /%d node block", maxPods, ips, nodeMaskSize)
 	}
 	for _, a := range t.Addresses {
 		switch a.Type {
 		case "InternalIP", "ExternalIP", "Hostname", "InternalDNS", "ExternalDNS":
 		default:
-			return fmt.Errorf("%s: address type %q is not a node address type", where, a.Type)
+			return bad("addresses", "type %q is not a node address type", a.Type)
 		}
 		if a.Address == "" {
-			return fmt.Errorf("%s: %s address is empty", where, a.Type)
+			return bad("addresses", "%s address is empty", a.Type)
 		}
 	}
 	switch {
 	case t.StartDelay < 0:
-		return fmt.Errorf("%s: start-delay must not be negative", where)
+		return bad("start-delay", "must not be negative")
 	case t.ReadyDelay < 0:
-		return fmt.Errorf("%s: ready-delay must not be negative", where)
+		return bad("ready-delay", "must not be negative")
 	case t.Faults.RejectRate < 0 || t.Faults.RejectRate > 1:
-		return fmt.Errorf("%s: faults reject-rate must be between 0 and 1", where)
+		return bad("faults::reject-rate", "must be between 0 and 1")
 	case t.Faults.FailRate < 0 || t.Faults.FailRate > 1:
-		return fmt.Errorf("%s: faults fail-rate must be between 0 and 1", where)
+		return bad("faults::fail-rate", "must be between 0 and 1")
 	case t.Faults.FailAfter < 0:
-		return fmt.Errorf("%s: faults fail-after must not be negative", where)
+		return bad("faults::fail-after", "must not be negative")
 	}
 	for k, v := range t.Faults.Conditions {
 		if _, ok := StubConditionType(k); !ok {
-			return fmt.Errorf("%s: faults conditions: %q is not one of %s", where, k, strings.Join(stubConditionTypes, ", "))
+			return bad("faults::conditions", "%q is not one of %s", k, strings.Join(stubConditionTypes, ", "))
 		}
 		if _, ok := StubConditionStatus(v); !ok {
-			return fmt.Errorf("%s: faults conditions: %s=%q must be True, False or Unknown", where, k, v)
+			return bad("faults::conditions", "%s=%q must be True, False or Unknown", k, v)
 		}
 	}
 	return nil

@@ -1,9 +1,6 @@
 package configs
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // DefaultSchedulerName is the spec.schedulerName the miniplane scheduler serves (pods with an
 // empty schedulerName are defaulted to it by the API server, and are served too).
@@ -12,10 +9,10 @@ const DefaultSchedulerName = "default-scheduler"
 // Scheduler configures `miniplane scheduler` (and its part of `miniplane up`).
 type Scheduler struct {
 	// Kubeconfig is the client configuration; flag --kubeconfig.
-	Kubeconfig string `mapstructure:"kubeconfig"`
+	Kubeconfig string `mapstructure:"kubeconfig" flag:"kubeconfig" help:"kubeconfig of the scheduler's API credentials"`
 	// SchedulerName is the spec.schedulerName served; default "default-scheduler".
 	// Flag --scheduler-name.
-	SchedulerName string `mapstructure:"scheduler-name"`
+	SchedulerName string `mapstructure:"scheduler-name" flag:"scheduler-name" help:"spec.schedulerName served"`
 
 	// LeaderElection makes replicas elect one active instance through the Lease
 	// kube-system/kube-scheduler.
@@ -23,25 +20,25 @@ type Scheduler struct {
 
 	// HealthListen is the plain-HTTP address of /healthz, /readyz and /metrics; default
 	// 127.0.0.1:10259 (kube-scheduler's port); "" disables it. Flag --health-listen.
-	HealthListen string `mapstructure:"health-listen"`
+	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
 	// KubeAPIQPS and KubeAPIBurst rate-limit the API client; defaults 5000 and 10000 so that
 	// thousands of daemon pods bind within seconds (a binding and an event per pod). Flags
 	// --kube-api-qps, --kube-api-burst.
-	KubeAPIQPS   float32 `mapstructure:"kube-api-qps"`
-	KubeAPIBurst int     `mapstructure:"kube-api-burst"`
+	KubeAPIQPS   float32 `mapstructure:"kube-api-qps" flag:"kube-api-qps" help:"queries per second of the API client"`
+	KubeAPIBurst int     `mapstructure:"kube-api-burst" flag:"kube-api-burst" help:"burst of the API client"`
 
 	// Workers is the number of pods scheduled and bound concurrently; default 16.
 	// Flag --workers.
-	Workers int `mapstructure:"workers"`
+	Workers int `mapstructure:"workers" flag:"workers" help:"pods scheduled and bound concurrently"`
 	// PodInitialBackoff is the first retry delay of an unschedulable pod; it doubles up to
 	// PodMaxBackoff. Defaults 1s and 10s, as kube-scheduler. Flags --pod-initial-backoff,
 	// --pod-max-backoff.
-	PodInitialBackoff time.Duration `mapstructure:"pod-initial-backoff"`
-	PodMaxBackoff     time.Duration `mapstructure:"pod-max-backoff"`
+	PodInitialBackoff time.Duration `mapstructure:"pod-initial-backoff" flag:"pod-initial-backoff" help:"first retry delay of an unschedulable pod"`
+	PodMaxBackoff     time.Duration `mapstructure:"pod-max-backoff" flag:"pod-max-backoff" help:"longest retry delay of an unschedulable pod"`
 	// UnschedulableFlushInterval retries every unschedulable pod at least this often even
 	// without a node or pod change; default 5m (kube-scheduler's
 	// podMaxInUnschedulablePodsDuration).
-	UnschedulableFlushInterval time.Duration `mapstructure:"unschedulable-flush-interval"`
+	UnschedulableFlushInterval time.Duration `mapstructure:"unschedulable-flush-interval" flag:"unschedulable-flush-interval" help:"retry unschedulable pods at least this often"`
 }
 
 // DefaultScheduler returns the defaults.
@@ -63,18 +60,31 @@ func DefaultScheduler() Scheduler {
 func (c Scheduler) Validate() error {
 	switch {
 	case c.SchedulerName == "":
-		return errors.New("--scheduler-name must not be empty")
-	case c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1:
-		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
+		return invalid("scheduler-name", "must not be empty")
+	case c.KubeAPIQPS <= 0:
+		return invalid("kube-api-qps", "must be positive")
+	case c.KubeAPIBurst < 1:
+		return invalid("kube-api-burst", "must be at least 1")
 	case c.Workers < 1:
-		return errors.New("--workers must be at least 1")
-	case c.PodInitialBackoff <= 0 || c.PodMaxBackoff < c.PodInitialBackoff:
-		return errors.New("--pod-initial-backoff must be positive and not above --pod-max-backoff")
+		return invalid("workers", "must be at least 1")
+	case c.PodInitialBackoff <= 0:
+		return invalid("pod-initial-backoff", "must be positive")
+	case c.PodMaxBackoff < c.PodInitialBackoff:
+		return invalid("pod-max-backoff", "must not be below %s", "pod-initial-backoff")
 	case c.UnschedulableFlushInterval <= 0:
-		return errors.New("--unschedulable-flush-interval must be positive")
+		return invalid("unschedulable-flush-interval", "must be positive")
 	}
 	if err := c.LeaderElection.Validate(); err != nil {
-		return err
+		return within("leader-election", err)
 	}
 	return validateHealthListen(c.HealthListen)
+}
+
+// ValidateStandalone is Validate for `miniplane scheduler`, which needs a kubeconfig to
+// reach the API server.
+func (c Scheduler) ValidateStandalone() error {
+	if c.Kubeconfig == "" {
+		return invalid("kubeconfig", "is required")
+	}
+	return c.Validate()
 }

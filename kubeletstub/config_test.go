@@ -19,11 +19,11 @@ import (
 func TestExampleConfiguration(t *testing.T) {
 	cfg := configs.DefaultKubeletStub()
 	flags := pflag.NewFlagSet("kubeletstub", pflag.ContinueOnError)
-	flags.String("node-prefix", cfg.NodePrefix, "")
-	if err := flags.Parse([]string{"--node-prefix=stub-node"}); err != nil {
+	b := configs.Bind(flags, &cfg)
+	if err := flags.Parse([]string{"--config=../configs/kubeletstub.yaml", "--node-prefix=stub-node"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := configs.Load(&cfg, "../configs/kubeletstub.yaml", flags, nil); err != nil {
+	if err := b.Load(); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	if err := cfg.Validate(); err != nil {

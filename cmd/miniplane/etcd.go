@@ -17,17 +17,14 @@ import (
 func init() { register(newEtcdCommand) }
 
 func newEtcdCommand() *cobra.Command {
-	var configFile string
+	cfg := configs.DefaultEtcd()
+	var b *configs.Binding
 	cmd := &cobra.Command{
 		Use:   "etcd",
 		Short: "Run one etcd member (alone, or as part of a cluster with --initial-cluster)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := configs.DefaultEtcd()
-			if err := configs.Load(&cfg, configFile, cmd.Flags(), nil); err != nil {
-				return err
-			}
-			if err := cfg.Validate(); err != nil {
+			if err := loadConfig(b, cfg.Validate); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -37,7 +34,7 @@ func newEtcdCommand() *cobra.Command {
 			if cfg.HealthListen != "" {
 				go serveEtcdHealth(ctx, cfg.HealthListen, ready)
 			}
-			member, err := store.StartEmbeddedEtcd(cfg, etcdLogLevel())
+			member, err := store.StartEmbeddedEtcd(cfg, logging.EtcdLevel())
 			if err != nil {
 				return err
 			}
@@ -45,27 +42,7 @@ func newEtcdCommand() *cobra.Command {
 			return runMember(ctx, member, cfg)
 		},
 	}
-	f := cmd.Flags()
-	def := configs.DefaultEtcd()
-	f.StringVar(&configFile, "config", "", "YAML configuration file")
-	f.String("name", def.Name, "member name")
-	f.String("data-dir", def.DataDir, "member data directory")
-	f.StringSlice("listen-client-urls", def.ListenClientURLs, "URLs to serve clients on")
-	f.StringSlice("advertise-client-urls", nil, "client URLs to advertise (default: the listen URLs)")
-	f.StringSlice("listen-peer-urls", def.ListenPeerURLs, "URLs to serve peers on")
-	f.StringSlice("initial-advertise-peer-urls", nil, "peer URLs to advertise (default: the listen URLs)")
-	f.String("initial-cluster", "", "name=peerURL,... of every member at bootstrap (default: this member alone)")
-	f.String("initial-cluster-state", def.InitialClusterState, "new or existing")
-	f.String("initial-cluster-token", def.InitialClusterToken, "token that tells clusters apart")
-	f.String("cert-file", "", "client TLS certificate")
-	f.String("key-file", "", "client TLS key")
-	f.String("trusted-ca-file", "", "CA for client certificates")
-	f.Bool("client-cert-auth", false, "require client certificates")
-	f.String("peer-cert-file", "", "peer TLS certificate")
-	f.String("peer-key-file", "", "peer TLS key")
-	f.String("peer-trusted-ca-file", "", "CA for peer certificates (enables peer client-cert auth)")
-	f.Bool("unsafe-no-fsync", false, "skip fsync (tests only)")
-	f.String("health-listen", "", "address for /healthz, /readyz and /metrics (empty: off)")
+	b = configs.Bind(cmd.Flags(), &cfg)
 	return cmd
 }
 

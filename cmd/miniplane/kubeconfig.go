@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"k8s.io/client-go/rest"
@@ -10,12 +9,9 @@ import (
 
 // restConfigFrom loads the client configuration of a component from its --kubeconfig.
 func restConfigFrom(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		return nil, errors.New("--kubeconfig is required")
-	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
 }

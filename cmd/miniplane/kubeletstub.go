@@ -21,8 +21,8 @@ import (
 func init() { register(newKubeletStubCommand) }
 
 func newKubeletStubCommand() *cobra.Command {
-	var configFile string
-	def := configs.DefaultKubeletStub()
+	cfg := configs.DefaultKubeletStub()
+	var b *configs.Binding
 	cmd := &cobra.Command{
 		Use:   "kubeletstub --kubeconfig FILE [--node-name NAME | --nodes N --node-prefix P] [--config FILE]",
 		Short: "Run stub kubelets: one node, or a fleet of N nodes sharing one pod and one node watch",
@@ -32,23 +32,13 @@ Faults can be injected at run time with node annotations (stub.miniplane.io/reje
 fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := configs.DefaultKubeletStub()
-			if err := configs.Load(&cfg, configFile, cmd.Flags(), nil); err != nil {
-				return err
-			}
-			if err := cfg.Validate(); err != nil {
+			if err := loadConfig(b, cfg.ValidateStandalone); err != nil {
 				return err
 			}
 			return runKubeletStub(cmd.Context(), cfg)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "YAML configuration file (see configs/kubeletstub.yaml)")
-	f.String("kubeconfig", def.Kubeconfig, "kubeconfig with the stub's node credentials")
-	f.String("node-name", def.NodeName, "run a single node with this name")
-	f.Int("nodes", def.Nodes, "fleet size when --node-name is not set")
-	f.String("node-prefix", def.NodePrefix, "fleet nodes are named PREFIX-0 … PREFIX-(N-1)")
-	f.String("health-listen", def.HealthListen, `serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; "" disables)`)
+	b = configs.Bind(cmd.Flags(), &cfg)
 	return cmd
 }
 
@@ -69,7 +59,7 @@ func runKubeletStub(ctx context.Context, cfg configs.KubeletStub) error {
 	if cfg.HealthListen != "" {
 		ln, err := net.Listen("tcp", cfg.HealthListen)
 		if err != nil {
-			return fmt.Errorf("--health-listen: %w", err)
+			return fmt.Errorf("health listener %s: %w", cfg.HealthListen, err)
 		}
 		srv := kubeletStubHealthServer(fleet, reg)
 		slog.Info("kubeletstub health endpoints listening", "addr", ln.Addr().String())

@@ -4,28 +4,22 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 func init() { register(newProbeCommand) }
 
-// probeOptions are the flags of `miniplane probe`.
-type probeOptions struct {
-	caFile             string
-	insecureSkipVerify bool
-	timeout            time.Duration
-}
-
 func newProbeCommand() *cobra.Command {
-	var opts probeOptions
+	cfg := configs.DefaultProbe()
+	var b *configs.Binding
 	cmd := &cobra.Command{
 		Use:   "probe URL [--cacert FILE] [--insecure-skip-tls-verify] [--timeout 2s]",
 		Short: "Exit 0 if URL answers a GET with a 2xx status (a health check for images without a shell)",
@@ -33,9 +27,12 @@ func newProbeCommand() *cobra.Command {
 use it because the miniplane image holds nothing but this binary: no shell, curl or wget.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), opts.timeout)
+			if err := loadConfig(b, cfg.Validate); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.Timeout)
 			defer cancel()
-			status, err := probe(ctx, args[0], opts)
+			status, err := probe(ctx, args[0], cfg)
 			if err != nil {
 				return err
 			}
@@ -43,16 +40,13 @@ use it because the miniplane image holds nothing but this binary: no shell, curl
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&opts.caFile, "cacert", "", "PEM CA bundle to verify an https URL (default: the system roots)")
-	f.BoolVar(&opts.insecureSkipVerify, "insecure-skip-tls-verify", false, "do not verify the server certificate")
-	f.DurationVar(&opts.timeout, "timeout", 2*time.Second, "give up after this long")
+	b = configs.Bind(cmd.Flags(), &cfg)
 	return cmd
 }
 
 // probe GETs rawURL once and returns the status line of a 2xx answer, or an error that
 // says why the probe failed (connection, TLS, or a non-2xx status with the body's start).
-func probe(ctx context.Context, rawURL string, opts probeOptions) (string, error) {
+func probe(ctx context.Context, rawURL string, opts configs.Probe) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", fmt.Errorf("probe: %w", err)
@@ -60,18 +54,15 @@ func probe(ctx context.Context, rawURL string, opts probeOptions) (string, error
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", fmt.Errorf("probe: URL scheme must be http or https, not %q", u.Scheme)
 	}
-	if opts.timeout <= 0 {
-		return "", errors.New("probe: --timeout must be positive")
-	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: opts.insecureSkipVerify} //nolint:gosec // opt-in flag
-	if opts.caFile != "" {
-		pem, err := os.ReadFile(opts.caFile)
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: opts.InsecureSkipVerify} //nolint:gosec // opt-in flag
+	if opts.CAFile != "" {
+		pem, err := os.ReadFile(opts.CAFile)
 		if err != nil {
-			return "", fmt.Errorf("probe: --cacert: %w", err)
+			return "", fmt.Errorf("probe: CA file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return "", fmt.Errorf("probe: --cacert %s holds no PEM certificate", opts.caFile)
+			return "", fmt.Errorf("probe: CA file %s holds no PEM certificate", opts.CAFile)
 		}
 		tlsConfig.RootCAs = pool
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 func TestProbe(t *testing.T) {
@@ -34,33 +36,32 @@ func TestProbe(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("junk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	def := probeOptions{timeout: 2 * time.Second}
+	def := configs.Probe{Timeout: 2 * time.Second}
 	tests := []struct {
 		name    string
 		url     string
-		opts    probeOptions
+		opts    configs.Probe
 		wantErr string // "" means the probe succeeds
 	}{
 		{"2xx answers succeed", plain.URL + "/ok", def, ""},
 		{"5xx fails and quotes the reason", plain.URL + "/down", def, "503 Service Unavailable: etcd not ready"},
 		{"a redirect is not followed", plain.URL + "/moved", def, "302 Found"},
 		{"404 fails", plain.URL + "/missing", def, "404"},
-		{"timeout", plain.URL + "/slow", probeOptions{timeout: 100 * time.Millisecond}, "deadline exceeded"},
-		{"https with the CA", secure.URL + "/ok", probeOptions{timeout: 2 * time.Second, caFile: caFile}, ""},
+		{"timeout", plain.URL + "/slow", configs.Probe{Timeout: 100 * time.Millisecond}, "deadline exceeded"},
+		{"https with the CA", secure.URL + "/ok", configs.Probe{Timeout: 2 * time.Second, CAFile: caFile}, ""},
 		{"https with an unknown CA fails", secure.URL + "/ok", def, "certificate"},
-		{"https without verification", secure.URL + "/ok", probeOptions{timeout: 2 * time.Second, insecureSkipVerify: true}, ""},
-		{"missing CA file", secure.URL + "/ok", probeOptions{timeout: 2 * time.Second, caFile: "/nonexistent/ca.crt"}, "--cacert"},
-		{"CA file without PEM", secure.URL + "/ok", probeOptions{timeout: 2 * time.Second, caFile: notPEM}, "no PEM certificate"},
+		{"https without verification", secure.URL + "/ok", configs.Probe{Timeout: 2 * time.Second, InsecureSkipVerify: true}, ""},
+		{"missing CA file", secure.URL + "/ok", configs.Probe{Timeout: 2 * time.Second, CAFile: "/nonexistent/ca.crt"}, "CA file"},
+		{"CA file without PEM", secure.URL + "/ok", configs.Probe{Timeout: 2 * time.Second, CAFile: notPEM}, "no PEM certificate"},
 		{"refused connection", "http://127.0.0.1:1/healthz", def, "refused"},
 		{"other schemes are rejected", "ftp://127.0.0.1/", def, "scheme"},
-		{"non-positive timeout", plain.URL + "/ok", probeOptions{}, "--timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			if tc.opts.timeout > 0 {
+			if tc.opts.Timeout > 0 {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.opts.timeout)
+				ctx, cancel = context.WithTimeout(ctx, tc.opts.Timeout)
 				defer cancel()
 			}
 			status, err := probe(ctx, tc.url, tc.opts)

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 // subcommands are registered by the file that defines each one, so components can be
@@ -16,12 +17,9 @@ var subcommands []func() *cobra.Command
 
 func register(newCommand func() *cobra.Command) { subcommands = append(subcommands, newCommand) }
 
-type globalFlags struct {
-	logLevel  string
-	logFormat string
-}
-
-var global globalFlags
+// logging is the root command's configuration, shared by every subcommand; it is loaded
+// before a subcommand runs.
+var logging = configs.DefaultLogging()
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -29,54 +27,42 @@ func newRootCommand() *cobra.Command {
 		Short:         "A standalone, etcd-backed mini Kubernetes control plane that runs the DaemonSet controller for real",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return setupLogging(global.logLevel, global.logFormat)
-		},
 	}
-	root.PersistentFlags().StringVar(&global.logLevel, "log-level", envOr("MINIPLANE_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env MINIPLANE_LOG_LEVEL)")
-	root.PersistentFlags().StringVar(&global.logFormat, "log-format", envOr("MINIPLANE_LOG_FORMAT", "text"), "log format: text or json (env MINIPLANE_LOG_FORMAT)")
+	b := configs.BindFlagsOnly(root.PersistentFlags(), &logging)
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if err := b.Load(); err != nil {
+			return err
+		}
+		if err := b.Check(logging.Validate()); err != nil {
+			return err
+		}
+		setupLogging(logging)
+		return nil
+	}
 	for _, newCommand := range subcommands {
 		root.AddCommand(newCommand())
 	}
 	return root
 }
 
-func envOr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
-	}
-	return def
-}
-
 // setupLogging installs a slog handler as the default logger and routes client-go's klog
 // into it, so every component logs in one structured format.
-func setupLogging(level, format string) error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	var h slog.Handler
-	switch strings.ToLower(format) {
-	case "text":
-		h = slog.NewTextHandler(os.Stderr, opts)
-	case "json":
+func setupLogging(c configs.Logging) {
+	opts := &slog.HandlerOptions{Level: c.SlogLevel()}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if strings.EqualFold(c.Format, "json") {
 		h = slog.NewJSONHandler(os.Stderr, opts)
-	default:
-		return fmt.Errorf("--log-format must be text or json, not %q", format)
 	}
 	logger := slog.New(h)
 	slog.SetDefault(logger)
 	klog.SetSlogLogger(logger)
-	return nil
 }
 
-// etcdLogLevel maps our level to etcd's zap levels; etcd is chatty at info.
-func etcdLogLevel() string {
-	switch strings.ToLower(global.logLevel) {
-	case "debug":
-		return "info"
-	default:
-		return "error"
+// loadConfig loads a command's configuration through its binding and checks it with
+// validate, naming a bad option the way the user set it.
+func loadConfig(b *configs.Binding, validate func() error) error {
+	if err := b.Load(); err != nil {
+		return err
 	}
+	return b.Check(validate())
 }

@@ -1,7 +1,7 @@
 // Package imports checks the layering rules of ARCHITECTURE.md and STYLE.md: only the API
-// server (and the binary and harness that wire it) reach the store; controllers, the
+// server (and the assembly and binary that wire it) reach the store; controllers, the
 // scheduler and the stub kubelets are API clients that do not import each other; configs
-// is a leaf.
+// is a leaf; nothing but tests imports test/...; and the binary links no test package.
 package imports
 
 import (
@@ -35,9 +35,17 @@ var rules = []rule{
 	// The kubelet stub admits pods with the same placement checks the scheduler uses, as a
 	// real kubelet runs the scheduler's predicates on admission.
 	{from: "kubeletstub", banned: []string{"store", "apiserver", "controllers"}, allowed: []string{"controllers/placement"}},
+	// Identities and tokens build on the API server's authentication types only.
+	{from: "internal/credentials", banned: []string{"store", "controllers", "kubeletstub", "internal/controlplane", "test"}},
+	// The in-process assembly wires everything, but is production code: no test package.
+	{from: "internal/controlplane", banned: []string{"test"}},
+	{from: "cmd", banned: []string{"test"}},
 }
 
-func TestLayering(t *testing.T) {
+// moduleDeps maps each package of the module (relative to it) to its dependencies, direct or
+// not, as go list reports them for the non-test build.
+func moduleDeps(t *testing.T) map[string][]string {
+	t.Helper()
 	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, module+"/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
@@ -50,6 +58,11 @@ func TestLayering(t *testing.T) {
 		}
 		deps[strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")] = fields[1:]
 	}
+	return deps
+}
+
+func TestLayering(t *testing.T) {
+	deps := moduleDeps(t)
 	checked := 0
 	for pkg, pkgDeps := range deps {
 		for _, r := range rules {
@@ -84,4 +97,43 @@ func inAny(pkg string, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// TestOnlyTestsImportTestPackages: test/... holds test suites and the harness other projects
+// import into their tests; production code must not depend on them.
+func TestOnlyTestsImportTestPackages(t *testing.T) {
+	deps := moduleDeps(t)
+	checked := 0
+	for pkg, pkgDeps := range deps {
+		if inAny(pkg, []string{"test"}) {
+			continue
+		}
+		checked++
+		for _, d := range pkgDeps {
+			if rel, ok := strings.CutPrefix(d, module+"/"); ok && inAny(rel, []string{"test"}) {
+				t.Errorf("%s imports %s: only tests may import test/...", pkg, rel)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d production packages found", checked)
+	}
+}
+
+// TestBinaryLinksNoTestPackage: the shipped binary links neither the standard library's
+// testing package nor any of the module's test packages.
+func TestBinaryLinksNoTestPackage(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"/cmd/miniplane").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	linked := strings.Fields(string(out))
+	if len(linked) < 100 {
+		t.Fatalf("go list -deps listed only %d packages", len(linked))
+	}
+	for _, pkg := range linked {
+		if pkg == "testing" || strings.HasPrefix(pkg, "testing/") || strings.HasPrefix(pkg, module+"/test/") || pkg == module+"/internal/poll" {
+			t.Errorf("the miniplane binary links %s", pkg)
+		}
+	}
 }

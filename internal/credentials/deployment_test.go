@@ -1,4 +1,4 @@
-package main
+package credentials
 
 import (
 	"bytes"
@@ -16,29 +16,30 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
+	"github.com/miniplane/miniplane/configs"
 )
 
-func composeCertsOptions(dir string) certsOptions {
-	return certsOptions{
-		dir:           dir,
-		etcdMembers:   []string{"etcd-1", "etcd-2"},
-		apiServers:    []string{"apiserver-1"},
-		apiServerSANs: []string{"apiserver", "127.0.0.1"},
-		server:        "https://apiserver:6443",
-		adminServer:   "https://127.0.0.1:16443",
-		nodes:         []string{"node-a"},
-		fleets:        []string{"fleet"},
+func composeCertsOptions(dir string) configs.Certs {
+	return configs.Certs{
+		Dir:           dir,
+		EtcdMembers:   []string{"etcd-1", "etcd-2"},
+		APIServers:    []string{"apiserver-1"},
+		APIServerSANs: []string{"apiserver", "127.0.0.1"},
+		Server:        "https://apiserver:6443",
+		AdminServer:   "https://127.0.0.1:16443",
+		Nodes:         []string{"node-a"},
+		Fleets:        []string{"fleet"},
 	}
 }
 
-func TestEnsureCredentials(t *testing.T) {
+func TestEnsureDeployment(t *testing.T) {
 	dir := t.TempDir()
 	opts := composeCertsOptions(dir)
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := ensureCredentials(opts, quiet); err != nil {
+	if err := EnsureDeployment(opts, quiet); err != nil {
 		t.Fatal(err)
 	}
 	ca := readCert(t, filepath.Join(dir, "pki", "ca.crt"))
@@ -128,8 +129,8 @@ func TestEnsureCredentials(t *testing.T) {
 
 	// A second run with one more node keeps every certificate and token and adds the node.
 	before := snapshotFiles(t, filepath.Join(dir, "pki"))
-	opts.nodes = append(opts.nodes, "node-b")
-	if err := ensureCredentials(opts, quiet); err != nil {
+	opts.Nodes = append(opts.Nodes, "node-b")
+	if err := EnsureDeployment(opts, quiet); err != nil {
 		t.Fatal(err)
 	}
 	after := snapshotFiles(t, filepath.Join(dir, "pki"))
@@ -155,52 +156,52 @@ func TestEnsureCredentials(t *testing.T) {
 	}
 }
 
-func TestCertsOptionsValidate(t *testing.T) {
+func TestCertsValidate(t *testing.T) {
 	tests := []struct {
 		name    string
-		change  func(o *certsOptions)
+		change  func(o *configs.Certs)
 		wantErr string
 	}{
-		{"valid", func(*certsOptions) {}, ""},
-		{"admin server defaults to server", func(o *certsOptions) { o.adminServer = "" }, ""},
-		{"owner", func(o *certsOptions) { o.owner = "1000:1000" }, ""},
-		{"no dir", func(o *certsOptions) { o.dir = "" }, "--dir"},
-		{"member name is not a host name", func(o *certsOptions) { o.etcdMembers = []string{"Etcd_1"} }, "--etcd-members"},
-		{"duplicate node", func(o *certsOptions) { o.nodes = []string{"a", "a"} }, "twice"},
-		{"plain-HTTP server", func(o *certsOptions) { o.server = "http://apiserver:6443" }, "--server"},
-		{"server without host", func(o *certsOptions) { o.adminServer = "https://" }, "--admin-server"},
-		{"owner without group", func(o *certsOptions) { o.owner = "1000" }, "--owner"},
-		{"owner not numeric", func(o *certsOptions) { o.owner = "me:me" }, "--owner"},
+		{"valid", func(*configs.Certs) {}, ""},
+		{"admin server defaults to server", func(o *configs.Certs) { o.AdminServer = "" }, ""},
+		{"owner", func(o *configs.Certs) { o.Owner = "1000:1000" }, ""},
+		{"no dir", func(o *configs.Certs) { o.Dir = "" }, "dir: is required"},
+		{"member name is not a host name", func(o *configs.Certs) { o.EtcdMembers = []string{"Etcd_1"} }, "etcd-members: \"Etcd_1\""},
+		{"duplicate node", func(o *configs.Certs) { o.Nodes = []string{"a", "a"} }, "twice"},
+		{"plain-HTTP server", func(o *configs.Certs) { o.Server = "http://apiserver:6443" }, "server: "},
+		{"server without host", func(o *configs.Certs) { o.AdminServer = "https://" }, "admin-server: "},
+		{"owner without group", func(o *configs.Certs) { o.Owner = "1000" }, "owner: "},
+		{"owner not numeric", func(o *configs.Certs) { o.Owner = "me:me" }, "owner: "},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			o := composeCertsOptions(t.TempDir())
 			tc.change(&o)
-			err := o.validate()
+			err := o.Validate()
 			if tc.wantErr == "" {
 				if err != nil {
-					t.Fatalf("validate() = %v, want nil", err)
+					t.Fatalf("Validate() = %v, want nil", err)
 				}
-				if o.adminServer == "" {
+				if o.AdminURL() == "" {
 					t.Fatal("admin server was not defaulted")
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("validate() = %v, want an error naming %s", err, tc.wantErr)
+				t.Fatalf("Validate() = %v, want an error naming %s", err, tc.wantErr)
 			}
 		})
 	}
 }
 
-func TestEnsureCredentialsOwner(t *testing.T) {
+func TestEnsureDeploymentOwner(t *testing.T) {
 	dir := t.TempDir()
 	opts := composeCertsOptions(dir)
-	opts.owner = strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
-	if err := opts.validate(); err != nil {
+	opts.Owner = strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
+	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if err := ensureCredentials(opts, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+	if err := EnsureDeployment(opts, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatalf("chown to the current user must work without privileges: %v", err)
 	}
 }
@@ -237,4 +238,19 @@ func snapshotFiles(t *testing.T, root string) map[string][]byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestStubIdentityMatchesDeployment: the stub identity up makes and the one certs makes for
+// the same fleet or node are the same user, UID included.
+func TestStubIdentityMatchesDeployment(t *testing.T) {
+	fleet := configs.DefaultKubeletStub()
+	fleet.NodePrefix = "edge"
+	if got, want := StubIdentity(fleet), FleetIdentity("edge"); got.Name != want.Name || got.UID != want.UID || got.UID != "node-fleet-edge" {
+		t.Errorf("fleet identity = %+v, want %+v with UID node-fleet-edge", got, want)
+	}
+	single := configs.DefaultKubeletStub()
+	single.NodeName = "node-a"
+	if got := StubIdentity(single); got.Name != "system:node:node-a" || got.UID != "node-node-a" {
+		t.Errorf("node identity = %+v", got)
+	}
 }
