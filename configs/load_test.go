@@ -334,3 +334,43 @@ func TestEveryCommandBinds(t *testing.T) {
 		})
 	}
 }
+
+// TestShippedFilesLoad: every configuration file in the repository loads into its command's
+// configuration and validates, so an example cannot rot.
+func TestShippedFilesLoad(t *testing.T) {
+	up := DefaultUp()
+	stub := DefaultKubeletStub()
+	cm := DefaultControllerManager()
+	sched := DefaultScheduler()
+	cases := []struct {
+		file     string
+		cfg      any
+		validate func() error
+	}{
+		{"miniplane.yaml", &up, func() error { up.Resolve(); return up.Validate() }},
+		{"kubeletstub.yaml", &stub, func() error { return stub.Validate() }},
+		{"compose/controller-manager.yaml", &cm, func() error { return cm.Validate() }},
+		{"compose/scheduler.yaml", &sched, func() error { return sched.Validate() }},
+	}
+	for _, name := range []string{"kubelet-fleet", "kubelet-node-a", "kubelet-node-b", "kubelet-node-c"} {
+		c := DefaultKubeletStub()
+		cases = append(cases, struct {
+			file     string
+			cfg      any
+			validate func() error
+		}{"compose/" + name + ".yaml", &c, func() error { return c.Validate() }})
+	}
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			if err := LoadFile(tc.cfg, tc.file); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if !up.ControllerManager.FeatureGates[FeatureScheduleDaemonSetPods] || len(up.ControllerManager.FeatureGates) != 1 {
+		t.Errorf("miniplane.yaml feature gates = %v", up.ControllerManager.FeatureGates)
+	}
+}
