@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// claimer applies Kubernetes' ClaimObject rules (daemonset-behavior.md (k)) for one
+// claimer applies Kubernetes' ClaimObject rules (docs/daemonset-controller.md#claiming) for one
 // DaemonSet during one pass over pods or ControllerRevisions.
 type claimer struct {
 	ds       *appsv1.DaemonSet

@@ -8,10 +8,11 @@ import (
 )
 
 // expectations remembers, per DaemonSet key, how many pod creations and deletions the
-// controller issued but has not yet seen through its informer (daemonset-behavior.md (c)).
-// A sync that acts while its own writes are still in flight would act twice on a stale cache,
-// so syncs only manage pods once the counts drop to zero. A record older than ttl counts as
-// satisfied so that a lost watch event cannot wedge a DaemonSet forever.
+// controller issued but has not yet seen through its informer
+// (docs/daemonset-controller.md#expectations). A sync that acts while its own writes are still
+// in flight would act twice on a stale cache, so syncs only manage pods once the counts drop to
+// zero. A record older than ttl counts as satisfied so that a lost watch event cannot wedge a
+// DaemonSet forever.
 type expectations struct {
 	clock clock.PassiveClock
 	ttl   time.Duration

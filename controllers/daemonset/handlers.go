@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Event handlers only enqueue keys and maintain expectations (daemonset-behavior.md (c));
-// all decisions are taken in syncDaemonSet.
+// Event handlers only enqueue keys and maintain expectations
+// (docs/daemonset-controller.md#handlers); all decisions are taken in syncDaemonSet.
 
 // --- DaemonSet handlers ---
 

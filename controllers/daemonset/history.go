@@ -26,7 +26,7 @@ func matchesHistory(ds *appsv1.DaemonSet, cr *appsv1.ControllerRevision) (bool, 
 }
 
 // constructHistory returns the ControllerRevision of ds's current template, creating or
-// renumbering it as needed, and the older ones (daemonset-behavior.md (h)).
+// renumbering it as needed, and the older ones (docs/daemonset-controller.md#history).
 //
 // Invariants: exactly one current revision survives (duplicates are merged into the one with
 // the highest revision); the current revision's number is above every old one, so a template
@@ -136,7 +136,7 @@ func (c *Controller) dedupCurHistories(ctx context.Context, s *syncState, curren
 // snapshot creates the ControllerRevision for ds's current template with the given revision.
 // A name clash with a revision of a different template is a hash collision: collisionCount is
 // raised (from the API server's copy, so a stale cache cannot bump it twice) and the sync
-// fails, to retry with the new hash.
+// fails, to retry with the new hash (docs/daemonset-controller.md#hash-collisions).
 func (c *Controller) snapshot(ctx context.Context, ds *appsv1.DaemonSet, revision int64) (*appsv1.ControllerRevision, error) {
 	patch, err := historyPatch(ds)
 	if err != nil {
@@ -201,7 +201,7 @@ func fmtCount(p *int32) string {
 
 // cleanupHistory deletes the oldest old revisions beyond revisionHistoryLimit, sparing any
 // whose hash a pod still carries (even a terminal one being deleted): deleting it would lose
-// the template those pods run.
+// the template those pods run (docs/daemonset-controller.md#history-cleanup).
 func (c *Controller) cleanupHistory(ctx context.Context, s *syncState, old []*appsv1.ControllerRevision) error {
 	ds := s.ds
 	limit := 10

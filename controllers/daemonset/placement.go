@@ -13,8 +13,9 @@ import (
 	"github.com/miniplane/miniplane/controllers/placement"
 )
 
-// decision is the placement answer for one DaemonSet on one node (daemonset-behavior.md (e)).
-// In CURRENT mode the first two are the same boolean, shouldRun.
+// decision is the placement answer for one DaemonSet on one node
+// (docs/daemonset-controller.md#placement). In CURRENT mode the first two are the same boolean,
+// shouldRun.
 type decision struct {
 	// wantToRun: the node is in the DaemonSet's scope; it counts towards
 	// desiredNumberScheduled and the rolling-update budget.
@@ -89,9 +90,9 @@ func (c *evaluatorCache) forget(uid types.UID) {
 	delete(c.m, uid)
 }
 
-// current is CURRENT's NodeShouldRunDaemonPod (E.3): only the template's nodeName, node
-// selector and required affinity, and NoSchedule/NoExecute taints matter; the scheduler and
-// kubelet judge everything else.
+// current is CURRENT's NodeShouldRunDaemonPod (docs/daemonset-controller.md#placement-current):
+// only the template's nodeName, node selector and required affinity, and NoSchedule/NoExecute
+// taints matter; the scheduler and kubelet judge everything else.
 func (e *evaluator) current(node *corev1.Node) decision {
 	if e.nodeName != "" && e.nodeName != node.Name {
 		return runNowhere
@@ -107,9 +108,10 @@ func (e *evaluator) current(node *corev1.Node) decision {
 	return runEverywhere
 }
 
-// legacy is the seed era's nodeShouldRunDaemonPod with the full predicate set (E.4, gate off).
-// others are the pods bound to node that this DaemonSet does not control. It returns the
-// FailedPlacement reasons to report, in the order the seed emitted them.
+// legacy is the seed era's nodeShouldRunDaemonPod with the full predicate set (gate off;
+// docs/daemonset-controller.md#placement-legacy). others are the pods bound to node that this
+// DaemonSet does not control. It returns the FailedPlacement reasons to report, in the order
+// the seed emitted them.
 //
 // The failure reasons are visited in the seed's order: taints, resources, host ports, node
 // selector/affinity, then node pressure. Intentional mismatches (selector, host ports,

@@ -15,9 +15,9 @@ type statusCounts struct {
 	desired, current, misscheduled, ready, updated, available, unavailable int32
 }
 
-// computeStatus counts over the nodes in the node list, as daemonset-behavior.md (i) says.
-// On a node with several pods the oldest one (bound first) speaks for the node; pods on
-// nodes missing from the list are ignored.
+// computeStatus counts over the nodes in the node list (docs/daemonset-controller.md#status).
+// On a node with several pods the oldest one (bound first) speaks for the node; pods on nodes
+// missing from the list are ignored.
 func (c *Controller) computeStatus(s *syncState, nodeToPods map[string][]*corev1.Pod, now time.Time) statusCounts {
 	var st statusCounts
 	for _, node := range s.nodes {

@@ -28,7 +28,7 @@ const (
 	TemplateGenerationAnnotation = appsv1.DeprecatedTemplateGeneration
 )
 
-// Event reasons (daemonset-behavior.md (j)).
+// Event reasons (docs/daemonset-controller.md#events).
 const (
 	ReasonSelectingAll       = "SelectingAll"
 	ReasonFailedPlacement    = "FailedPlacement"
@@ -47,8 +47,9 @@ const systemCriticalPriority = int32(2000000000)
 // controllerKind is the kind written into controller references.
 var controllerKind = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
 
-// addOrUpdateDaemonPodTolerations adds the tolerations every daemon pod gets (E.2, CURRENT):
-// daemons must survive node problems and run on cordoned or pressured nodes.
+// addOrUpdateDaemonPodTolerations adds the tolerations every daemon pod gets
+// (docs/daemonset-controller.md#tolerations): daemons must survive node problems and run on
+// cordoned or pressured nodes.
 func addOrUpdateDaemonPodTolerations(spec *corev1.PodSpec) {
 	auto := []corev1.Toleration{
 		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
@@ -85,9 +86,10 @@ func addOrUpdateToleration(spec *corev1.PodSpec, t *corev1.Toleration) {
 	spec.Tolerations = out
 }
 
-// replaceNodeNameAffinity pins a pod to nodeName with a required matchFields term (E.6).
-// Existing required terms are replaced, not ANDed: the pod must be schedulable exactly on
-// that node; preferred terms, pod (anti)affinity and nodeSelector are left alone.
+// replaceNodeNameAffinity pins a pod to nodeName with a required matchFields term
+// (docs/daemonset-controller.md#pinning). Existing required terms are replaced, not ANDed: the
+// pod must be schedulable exactly on that node; preferred terms, pod (anti)affinity and
+// nodeSelector are left alone.
 func replaceNodeNameAffinity(affinity *corev1.Affinity, nodeName string) *corev1.Affinity {
 	selector := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchFields: []corev1.NodeSelectorRequirement{{
@@ -109,8 +111,9 @@ func replaceNodeNameAffinity(affinity *corev1.Affinity, nodeName string) *corev1
 	return affinity
 }
 
-// newEvalPod is the pod the placement decision evaluates (E.1): the template with the DaemonSet's
-// namespace and the automatic tolerations. The caller compares spec.nodeName itself.
+// newEvalPod is the pod the placement decision evaluates (docs/daemonset-controller.md#placement):
+// the template with the DaemonSet's namespace and the automatic tolerations. The caller
+// compares spec.nodeName itself.
 func newEvalPod(ds *appsv1.DaemonSet) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: *ds.Spec.Template.ObjectMeta.DeepCopy(), Spec: *ds.Spec.Template.Spec.DeepCopy()}
 	pod.Namespace = ds.Namespace
@@ -119,9 +122,10 @@ func newEvalPod(ds *appsv1.DaemonSet) *corev1.Pod {
 }
 
 // isCriticalPod reports whether LEGACY-BIND checks only the essential predicates for the
-// pod (E.5). The priority admission plugin may not have filled spec.priority on a template,
-// so the two built-in critical priority classes count as well. The experimental
-// critical-pod annotation was off by default in the seed era and is ignored.
+// pod (docs/daemonset-controller.md#critical-pods). The priority admission plugin may not
+// have filled spec.priority on a template, so the two built-in critical priority classes
+// count as well. The experimental critical-pod annotation was off by default in the seed
+// era and is ignored.
 func isCriticalPod(pod *corev1.Pod) bool {
 	if pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority {
 		return true
@@ -171,14 +175,16 @@ func readyCondition(pod *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
-// isPodReady: the Ready condition is True; the phase is not considered (F.6).
+// isPodReady: the Ready condition is True; the phase is not considered
+// (docs/daemonset-controller.md#availability).
 func isPodReady(pod *corev1.Pod) bool {
 	c := readyCondition(pod)
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
-// isPodAvailable: Ready for more than minReadySeconds at now (F.6). A Ready condition without
-// a transition time is never available when minReadySeconds > 0.
+// isPodAvailable: Ready for more than minReadySeconds at now
+// (docs/daemonset-controller.md#availability). A Ready condition without a transition time
+// is never available when minReadySeconds > 0.
 func isPodAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool {
 	c := readyCondition(pod)
 	if c == nil || c.Status != corev1.ConditionTrue {
@@ -191,14 +197,16 @@ func isPodAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool 
 	return !c.LastTransitionTime.IsZero() && c.LastTransitionTime.Add(minReady).Before(now)
 }
 
-// isPodUpdated: the pod carries the current template hash (G.1). Upstream also compares the
-// template-generation label but against a formatted pointer, so only the hash ever matched.
+// isPodUpdated: the pod carries the current template hash
+// (docs/daemonset-controller.md#updated-pods). Upstream also compares the template-generation
+// label but against a formatted pointer, so only the hash ever matched.
 func isPodUpdated(pod *corev1.Pod, hash string) bool {
 	return hash != "" && pod.Labels[RevisionHashLabel] == hash
 }
 
-// sortPodsOldestFirst orders pods as podByCreationTimestampAndPhase does (F.5): bound before
-// unbound, then older creationTimestamp, then name. Despite upstream's name the phase plays no part.
+// sortPodsOldestFirst orders pods as podByCreationTimestampAndPhase does
+// (docs/daemonset-controller.md#pod-order): bound before unbound, then older
+// creationTimestamp, then name. Despite upstream's name the phase plays no part.
 func sortPodsOldestFirst(pods []*corev1.Pod) {
 	sort.SliceStable(pods, func(i, j int) bool {
 		a, b := pods[i], pods[j]
@@ -256,9 +264,10 @@ func templateGeneration(ds *appsv1.DaemonSet) *int64 {
 	return &g
 }
 
-// computeHash is Kubernetes' ComputeHash: FNV-1a (32 bit) over a deterministic dump of the
-// template, plus 8 bytes carrying collisionCount when set, written as the decimal sum mapped
-// into the safe alphabet. Byte-exact parity keeps hashes equal to a real cluster's.
+// computeHash is Kubernetes' ComputeHash (docs/daemonset-controller.md#revision-hash):
+// FNV-1a (32 bit) over a deterministic dump of the template, plus 8 bytes carrying
+// collisionCount when set, written as the decimal sum mapped into the safe alphabet.
+// Byte-exact parity keeps hashes equal to a real cluster's; TestComputeHash pins them.
 func computeHash(template *corev1.PodTemplateSpec, collisionCount *int32) string {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%v", dump.ForHash(*template))
@@ -279,10 +288,11 @@ func revisionName(dsName, hash string) string {
 	return dsName + "-" + hash
 }
 
-// historyPatch is the ControllerRevision data for ds (section (a)): the canonical JSON (sorted
-// keys) of {"spec":{"template":{...,"$patch":"replace"}}}, a strategic-merge patch that
-// restores the template. kubectl rollout undo applies exactly these bytes, and Match
-// compares them byte for byte, so the encoding must not change.
+// historyPatch is the ControllerRevision data for ds
+// (docs/daemonset-controller.md#revision-data): the canonical JSON (sorted keys) of
+// {"spec":{"template":{...,"$patch":"replace"}}}, a strategic-merge patch that restores the
+// template. kubectl rollout undo applies exactly these bytes, and Match compares them byte for
+// byte, so the encoding must not change.
 func historyPatch(ds *appsv1.DaemonSet) ([]byte, error) {
 	raw, err := json.Marshal(ds.Spec.Template)
 	if err != nil {
@@ -308,7 +318,8 @@ func podNamePrefix(dsName string) string {
 }
 
 // findUpdatedPodsOnNode splits a node's non-terminating pods into the one with the current
-// hash and the one without; ok is false when either kind occurs more than once (G.2).
+// hash and the one without; ok is false when either kind occurs more than once
+// (docs/daemonset-controller.md#updated-pods).
 func findUpdatedPodsOnNode(pods []*corev1.Pod, hash string) (newPod, oldPod *corev1.Pod, ok bool) {
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil {
