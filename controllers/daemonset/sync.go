@@ -69,7 +69,7 @@ func (s *syncState) node(name string) (*corev1.Node, bool) {
 }
 
 // syncDaemonSet brings one DaemonSet's pods, history and status in line with its spec
-// (daemonset-behavior.md (d), CURRENT). It is level-based: everything is recomputed from
+// (docs/daemonset-controller.md#sync-loop). It is level-based: everything is recomputed from
 // the caches on every call.
 func (c *Controller) syncDaemonSet(ctx context.Context, key string) error {
 	start := c.clock.Now()
@@ -183,14 +183,15 @@ func (c *Controller) nodesToDaemonPods(ctx context.Context, s *syncState, includ
 	return out, nil
 }
 
-// allowsSurge: surge is a CURRENT feature; LEGACY-BIND treats maxSurge as 0 (G.2), since
-// its own simulation excludes the DaemonSet's pods and would double-book the node.
+// allowsSurge: surge is a CURRENT feature; LEGACY-BIND treats maxSurge as 0
+// (docs/daemonset-controller.md#update-budget), since its own simulation excludes the
+// DaemonSet's pods and would double-book the node.
 func (c *Controller) allowsSurge(ds *appsv1.DaemonSet) bool {
 	return !c.legacy && allowsSurge(ds)
 }
 
 // manage creates missing daemon pods and deletes failed, succeeded, surplus and misplaced
-// ones (F.3).
+// ones (docs/daemonset-controller.md#manage).
 func (c *Controller) manage(ctx context.Context, s *syncState) error {
 	nodeToPods, err := c.nodesToDaemonPods(ctx, s, false)
 	if err != nil {
@@ -226,9 +227,9 @@ func failedPodsBackoffKey(ds *appsv1.DaemonSet, node string) string {
 }
 
 // podsShouldBeOnNode decides, for one node, whether a pod must be created and which pods
-// must go (F.2). The cases are tried in order and the first that applies wins.
+// must go (docs/daemonset-controller.md#node-decision). The cases are tried in order and the
+// first that applies wins.
 func (c *Controller) podsShouldBeOnNode(s *syncState, node *corev1.Node, nodeToPods map[string][]*corev1.Pod) (nodesNeeding, podsToDelete []string) {
-	ds := s.ds
 	d := c.decideOnce(s, node)
 	pods, exists := nodeToPods[node.Name]
 	if c.legacy {
@@ -239,93 +240,125 @@ func (c *Controller) podsShouldBeOnNode(s *syncState, node *corev1.Node, nodeToP
 	case d.wantToRun && !d.shouldSchedule:
 		// LEGACY-BIND only (CURRENT's booleans are equal): wanted but not placeable now;
 		// retried when a pod leaves the node or the node changes.
+		return nil, nil
 	case d.shouldSchedule && !exists:
-		nodesNeeding = append(nodesNeeding, node.Name)
+		return []string{node.Name}, nil
 	case d.shouldContinueRunning:
-		var running []*corev1.Pod
-		// waiting: a failed pod on the node is held back by its backoff.
-		waiting := false
-		for _, pod := range pods {
-			if pod.DeletionTimestamp != nil {
-				continue
-			}
-			switch pod.Status.Phase {
-			case corev1.PodFailed:
-				// Delete failed pods so they are replaced, but never faster than the backoff:
-				// a kubelet that keeps rejecting the pod must not make us hot-loop.
-				key := failedPodsBackoffKey(ds, node.Name)
-				now := c.clock.Now()
-				if c.backoff.IsInBackOffSinceUpdate(key, now) {
-					delay := c.backoff.Get(key)
-					s.log.Debug("failed daemon pod in backoff", "pod", pod.Name, "node", node.Name, "delay", delay)
-					c.enqueueAfter(ds, delay)
-					waiting = true
-					continue
-				}
-				c.backoff.Next(key, now)
-				msg := fmt.Sprintf("Found failed daemon pod %s/%s on node %s, will try to kill it", pod.Namespace, pod.Name, node.Name)
-				s.log.Info("found failed daemon pod, deleting it", "pod", pod.Name, "node", node.Name)
-				c.recorder.Event(ds, corev1.EventTypeWarning, ReasonFailedDaemonPod, msg)
-				podsToDelete = append(podsToDelete, pod.Name)
-			case corev1.PodSucceeded:
-				msg := fmt.Sprintf("Found succeeded daemon pod %s/%s on node %s, will try to delete it", pod.Namespace, pod.Name, node.Name)
-				c.recorder.Event(ds, corev1.EventTypeNormal, ReasonSucceededDaemonPod, msg)
-				podsToDelete = append(podsToDelete, pod.Name)
-			default:
-				running = append(running, pod)
-			}
-		}
-		if !c.allowsSurge(ds) {
-			// Keep the oldest pod. Nothing is created here even if every pod was failed: the
-			// node is refilled on a later sync, once the failed pod is gone.
-			if len(running) > 1 {
-				sortPodsOldestFirst(running)
-				for _, pod := range running[1:] {
-					podsToDelete = append(podsToDelete, pod.Name)
-				}
-			}
-			break
-		}
-		if len(running) <= 1 {
-			// Surging keeps a live pod on the node, so one is created at once when there is
-			// none; but not next to a failed pod still in backoff: with a kubelet that rejects
-			// every pod that would create a pod per sync (as upstream does, cf.
-			// kubernetes#124388). The replacement comes with the deletion, when the backoff
-			// allows it.
-			if len(running) == 0 && d.shouldSchedule && !waiting {
-				nodesNeeding = append(nodesNeeding, node.Name)
-			}
-			break
-		}
-		// Surging: keep the oldest pod of each revision, drop the rest, and drop the old one
-		// once the new one is available (or the old one is not even ready).
-		sortPodsOldestFirst(running)
-		var oldestNew, oldestOld *corev1.Pod
-		for _, pod := range running {
-			if pod.Labels[RevisionHashLabel] == s.hash {
-				if oldestNew == nil {
-					oldestNew = pod
-					continue
-				}
-			} else if oldestOld == nil {
-				oldestOld = pod
-				continue
-			}
-			podsToDelete = append(podsToDelete, pod.Name)
-		}
-		if oldestNew != nil && oldestOld != nil {
-			if !isPodReady(oldestOld) || isPodAvailable(oldestNew, ds.Spec.MinReadySeconds, c.clock.Now()) {
-				podsToDelete = append(podsToDelete, oldestOld.Name)
-			}
-		}
-	case !d.shouldContinueRunning && exists:
+		return c.podsToKeepOnNode(s, node, d, pods)
+	case exists:
+		// The node must not run the DaemonSet any more.
 		for _, pod := range pods {
 			if pod.DeletionTimestamp == nil {
 				podsToDelete = append(podsToDelete, pod.Name)
 			}
 		}
 	}
-	return nodesNeeding, podsToDelete
+	return nil, podsToDelete
+}
+
+// podsToKeepOnNode handles a node whose daemon pods may stay: terminal pods go (failed ones
+// under a backoff), and of the pods still running one is kept, or, while surging, one per
+// revision.
+func (c *Controller) podsToKeepOnNode(s *syncState, node *corev1.Node, d decision, pods []*corev1.Pod) (nodesNeeding, podsToDelete []string) {
+	running, podsToDelete, waiting := c.sortOutTerminalPods(s, node, pods)
+	if !c.allowsSurge(s.ds) {
+		// Keep the oldest pod. Nothing is created here even if every pod was failed: the
+		// node is refilled on a later sync, once the failed pod is gone.
+		return nil, append(podsToDelete, surplusPods(running)...)
+	}
+	if len(running) <= 1 {
+		// Surging keeps a live pod on the node, so one is created at once when there is
+		// none; but not next to a failed pod still in backoff: with a kubelet that rejects
+		// every pod that would create a pod per sync (as upstream does, cf.
+		// kubernetes#124388). The replacement comes with the deletion, when the backoff
+		// allows it. See docs/daemonset-controller.md#departures.
+		if len(running) == 0 && d.shouldSchedule && !waiting {
+			nodesNeeding = []string{node.Name}
+		}
+		return nodesNeeding, podsToDelete
+	}
+	return nil, append(podsToDelete, c.surgePodsToDelete(s, running)...)
+}
+
+// sortOutTerminalPods splits a node's pods that are not being deleted into those still
+// running (any phase but Failed and Succeeded) and terminal ones to delete
+// (docs/daemonset-controller.md#failed-pods). A failed pod is deleted only outside its
+// backoff; waiting reports that one is held back, and the DaemonSet is then requeued for
+// when the backoff ends.
+func (c *Controller) sortOutTerminalPods(s *syncState, node *corev1.Node, pods []*corev1.Pod) (running []*corev1.Pod, podsToDelete []string, waiting bool) {
+	ds := s.ds
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		switch pod.Status.Phase {
+		case corev1.PodFailed:
+			// Delete failed pods so they are replaced, but never faster than the backoff:
+			// a kubelet that keeps rejecting the pod must not make us hot-loop.
+			key := failedPodsBackoffKey(ds, node.Name)
+			now := c.clock.Now()
+			if c.backoff.IsInBackOffSinceUpdate(key, now) {
+				delay := c.backoff.Get(key)
+				s.log.Debug("failed daemon pod in backoff", "pod", pod.Name, "node", node.Name, "delay", delay)
+				c.enqueueAfter(ds, delay)
+				waiting = true
+				continue
+			}
+			c.backoff.Next(key, now)
+			msg := fmt.Sprintf("Found failed daemon pod %s/%s on node %s, will try to kill it", pod.Namespace, pod.Name, node.Name)
+			s.log.Info("found failed daemon pod, deleting it", "pod", pod.Name, "node", node.Name)
+			c.recorder.Event(ds, corev1.EventTypeWarning, ReasonFailedDaemonPod, msg)
+			podsToDelete = append(podsToDelete, pod.Name)
+		case corev1.PodSucceeded:
+			msg := fmt.Sprintf("Found succeeded daemon pod %s/%s on node %s, will try to delete it", pod.Namespace, pod.Name, node.Name)
+			c.recorder.Event(ds, corev1.EventTypeNormal, ReasonSucceededDaemonPod, msg)
+			podsToDelete = append(podsToDelete, pod.Name)
+		default:
+			running = append(running, pod)
+		}
+	}
+	return running, podsToDelete, waiting
+}
+
+// surplusPods returns every running pod but the oldest (docs/daemonset-controller.md#pod-order).
+// It sorts running in place.
+func surplusPods(running []*corev1.Pod) []string {
+	if len(running) <= 1 {
+		return nil
+	}
+	sortPodsOldestFirst(running)
+	out := make([]string, 0, len(running)-1)
+	for _, pod := range running[1:] {
+		out = append(out, pod.Name)
+	}
+	return out
+}
+
+// surgePodsToDelete handles a surging node with several running pods
+// (docs/daemonset-controller.md#surge-on-node): it keeps the oldest pod of each revision,
+// drops the rest, and drops the old one once the new one is available (or the old one is
+// not even ready). It sorts running in place.
+func (c *Controller) surgePodsToDelete(s *syncState, running []*corev1.Pod) (podsToDelete []string) {
+	sortPodsOldestFirst(running)
+	var oldestNew, oldestOld *corev1.Pod
+	for _, pod := range running {
+		if pod.Labels[RevisionHashLabel] == s.hash {
+			if oldestNew == nil {
+				oldestNew = pod
+				continue
+			}
+		} else if oldestOld == nil {
+			oldestOld = pod
+			continue
+		}
+		podsToDelete = append(podsToDelete, pod.Name)
+	}
+	if oldestNew != nil && oldestOld != nil {
+		if !isPodReady(oldestOld) || isPodAvailable(oldestNew, s.ds.Spec.MinReadySeconds, c.clock.Now()) {
+			podsToDelete = append(podsToDelete, oldestOld.Name)
+		}
+	}
+	return podsToDelete
 }
 
 // podTemplate is the template every new daemon pod starts from: the DaemonSet's template with
@@ -372,11 +405,12 @@ func (c *Controller) newDaemonPod(ds *appsv1.DaemonSet, template *corev1.PodTemp
 	return pod
 }
 
-// syncNodes issues up to BurstReplicas creates and, separately, deletes (F.4). Expectations
-// are raised before the first call so that the watch events they cause cannot race ahead of
-// the bookkeeping. Creates go out in slow-start batches of 1, 2, 4, …: a systematic failure
-// (quota, admission, a broken template) costs one call rather than hundreds, and the creates
-// never attempted are taken off the expectations again.
+// syncNodes issues up to BurstReplicas creates and, separately, deletes
+// (docs/daemonset-controller.md#sync-nodes). Expectations are raised before the first call so
+// that the watch events they cause cannot race ahead of the bookkeeping. Creates go out in
+// slow-start batches of 1, 2, 4, …: a systematic failure (quota, admission, a broken template)
+// costs one call rather than hundreds, and the creates never attempted are taken off the
+// expectations again.
 func (c *Controller) syncNodes(ctx context.Context, s *syncState, podsToDelete, nodesNeeding []string) error {
 	ds, key := s.ds, s.key
 	createDiff := min(len(nodesNeeding), c.cfg.BurstReplicas)
