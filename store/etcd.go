@@ -235,78 +235,58 @@ func (s *EtcdStore) List(ctx context.Context, prefix string, opts ListOptions) (
 	return result, nil
 }
 
+// updateBase is the version of an object a GuaranteedUpdate attempt starts from: the decoded
+// object, its stored bytes and its mod revision (the compare-and-swap condition).
+type updateBase struct {
+	obj  runtime.Object
+	data []byte
+	rev  int64
+	// fromSuggestion marks a copy the caller passed in (a watch cache's), which may be
+	// stale: any doubt about it is settled by reading etcd rather than by failing.
+	fromSuggestion bool
+}
+
 // GuaranteedUpdate implements Store.
+//
+// Each attempt applies tryUpdate to a base version and writes the result in a transaction
+// that succeeds only if the key's mod revision is still the base's. A lost race retries on
+// the version the failed transaction read back, so the loop ends when a write lands, when
+// tryUpdate fails on a version read from etcd, or when the key is gone.
 func (s *EtcdStore) GuaranteedUpdate(ctx context.Context, key string, tryUpdate UpdateFunc, opts UpdateOptions) (runtime.Object, error) {
-	var cur runtime.Object
-	var curData []byte
-	var curRev int64
-	fromSuggestion := false
-	if opts.Suggestion != nil {
-		cur = opts.Suggestion.DeepCopyObject()
-		if _, rv, err := uidAndRV(cur); err == nil {
-			curRev, _ = strconv.ParseInt(rv, 10, 64)
-		}
-		data, err := s.encodeForStorage(cur)
-		if err != nil || curRev == 0 {
-			cur = nil
-		}
-		curData, fromSuggestion = data, cur != nil
-	}
+	base := s.suggestedBase(opts.Suggestion)
 	for {
-		if cur == nil {
-			resp, err := s.client.Get(ctx, key)
-			if err != nil {
-				return nil, fmt.Errorf("get %s: %w", key, err)
-			}
-			if len(resp.Kvs) == 0 {
-				return nil, newError(ErrNotFound, key, "%s not found", key)
-			}
-			if cur, err = s.decode(resp.Kvs[0]); err != nil {
+		if base == nil {
+			var err error
+			if base, err = s.readBase(ctx, key); err != nil {
 				return nil, err
 			}
-			curData, curRev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
-			fromSuggestion = false
 		}
-		next, err := tryUpdate(cur.DeepCopyObject())
+		next, err := tryUpdate(base.obj.DeepCopyObject())
 		if err != nil {
-			if fromSuggestion {
+			if base.fromSuggestion {
 				// The error may come from the cached copy being stale (a resourceVersion
 				// precondition fails against it): decide on what etcd holds.
-				cur = nil
+				base = nil
 				continue
 			}
 			return nil, err
 		}
-		var op clientv3.Op
-		if next == nil {
-			op = clientv3.OpDelete(key)
-		} else {
-			data, err := s.encodeForStorage(next)
-			if err != nil {
-				return nil, err
+		op, unchanged, err := s.updateOp(ctx, key, base, next, opts.TTL)
+		if err != nil {
+			return nil, err
+		}
+		if unchanged {
+			if base.fromSuggestion {
+				// A cached copy may be stale: confirm against etcd before skipping.
+				base = nil
+				continue
 			}
-			if bytes.Equal(data, curData) && opts.TTL == 0 {
-				if fromSuggestion {
-					// A cached copy may be stale: confirm against etcd before skipping.
-					cur = nil
-					continue
-				}
-				// Nothing changed: no write, no new resourceVersion, as kube-apiserver.
-				out := next.DeepCopyObject()
-				return out, setResourceVersion(out, curRev)
-			}
-			var putOpts []clientv3.OpOption
-			if opts.TTL > 0 {
-				id, err := s.leases.get(ctx, opts.TTL)
-				if err != nil {
-					return nil, err
-				}
-				putOpts = append(putOpts, clientv3.WithLease(id))
-			}
-			op = clientv3.OpPut(key, string(data), putOpts...)
+			// Nothing changed: no write, no new resourceVersion, as kube-apiserver.
+			out := next.DeepCopyObject()
+			return out, setResourceVersion(out, base.rev)
 		}
 		resp, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", curRev)).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", base.rev)).
 			Then(op).
 			Else(clientv3.OpGet(key)).
 			Commit()
@@ -321,16 +301,75 @@ func (s *EtcdStore) GuaranteedUpdate(ctx context.Context, key string, tryUpdate 
 			return out, setResourceVersion(out, resp.Header.Revision)
 		}
 		// Lost the race (or the suggestion was stale): retry on what is there now.
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			return nil, newError(ErrNotFound, key, "%s not found", key)
-		}
-		if cur, err = s.decode(kvs[0]); err != nil {
+		if base, err = s.baseFrom(key, resp.Responses[0].GetResponseRange().Kvs); err != nil {
 			return nil, err
 		}
-		curData, curRev = kvs[0].Value, kvs[0].ModRevision
-		fromSuggestion = false
 	}
+}
+
+// suggestedBase turns a caller's suggestion into the first attempt's base, or nil when there
+// is none or it is unusable (no resourceVersion, or it does not encode).
+func (s *EtcdStore) suggestedBase(suggestion runtime.Object) *updateBase {
+	if suggestion == nil {
+		return nil
+	}
+	obj := suggestion.DeepCopyObject()
+	var rev int64
+	if _, rv, err := uidAndRV(obj); err == nil {
+		rev, _ = strconv.ParseInt(rv, 10, 64)
+	}
+	data, err := s.encodeForStorage(obj)
+	if err != nil || rev == 0 {
+		return nil
+	}
+	return &updateBase{obj: obj, data: data, rev: rev, fromSuggestion: true}
+}
+
+// readBase reads key's current version from etcd.
+func (s *EtcdStore) readBase(ctx context.Context, key string) (*updateBase, error) {
+	resp, err := s.client.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return s.baseFrom(key, resp.Kvs)
+}
+
+// baseFrom decodes the version kvs holds (a Get's answer, or the Else branch of a lost
+// transaction); no kvs means the key is gone.
+func (s *EtcdStore) baseFrom(key string, kvs []*mvccpb.KeyValue) (*updateBase, error) {
+	if len(kvs) == 0 {
+		return nil, newError(ErrNotFound, key, "%s not found", key)
+	}
+	obj, err := s.decode(kvs[0])
+	if err != nil {
+		return nil, err
+	}
+	return &updateBase{obj: obj, data: kvs[0].Value, rev: kvs[0].ModRevision}, nil
+}
+
+// updateOp is the write that replaces base with next: a delete when next is nil, else a put
+// (under a lease when ttl is positive). unchanged reports that next encodes to base's bytes
+// and no TTL asks for a rewrite, so nothing needs writing.
+func (s *EtcdStore) updateOp(ctx context.Context, key string, base *updateBase, next runtime.Object, ttl time.Duration) (op clientv3.Op, unchanged bool, err error) {
+	if next == nil {
+		return clientv3.OpDelete(key), false, nil
+	}
+	data, err := s.encodeForStorage(next)
+	if err != nil {
+		return clientv3.Op{}, false, err
+	}
+	if bytes.Equal(data, base.data) && ttl == 0 {
+		return clientv3.Op{}, true, nil
+	}
+	var putOpts []clientv3.OpOption
+	if ttl > 0 {
+		id, err := s.leases.get(ctx, ttl)
+		if err != nil {
+			return clientv3.Op{}, false, err
+		}
+		putOpts = append(putOpts, clientv3.WithLease(id))
+	}
+	return clientv3.OpPut(key, string(data), putOpts...), false, nil
 }
 
 // Delete implements Store.
