@@ -206,3 +206,133 @@ func TestStatusAfterFailedManage(t *testing.T) {
 		t.Errorf("status %+v", w)
 	}
 }
+
+// TestComputeStatus gives each counting rule of computeStatus a case of its own: which nodes
+// count as desired or misscheduled, which pod speaks for a node, and what makes it ready,
+// available and updated.
+func TestComputeStatus(t *testing.T) {
+	const minReady = 10
+	long := ready(t0.Add(-time.Hour))
+	recent := ready(t0.Add(-5 * time.Second))
+	// nodePods is the node-to-pods map computeStatus reads.
+	type nodePods map[string][]*corev1.Pod
+	tests := []struct {
+		name   string
+		legacy bool
+		nodes  []*corev1.Node
+		others []*corev1.Pod // non-daemon pods in the cache (LEGACY-BIND simulation input)
+		noHash bool          // the sync runs with an empty hash instead of the template's
+		pods   func(ds *appsv1.DaemonSet, hash string) nodePods
+		want   statusCounts
+	}{
+		{name: "no nodes: all zero",
+			pods: func(*appsv1.DaemonSet, string) nodePods { return nil }},
+		{name: "eligible node without a pod: desired and unavailable",
+			nodes: []*corev1.Node{newNode("a")},
+			pods:  func(*appsv1.DaemonSet, string) nodePods { return nil },
+			want:  statusCounts{desired: 1, unavailable: 1}},
+		{name: "available updated pod counts everywhere",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", h, long)}}
+			},
+			want: statusCounts{desired: 1, current: 1, ready: 1, available: 1, updated: 1}},
+		{name: "ready for less than minReadySeconds: ready, not available",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", h, recent)}}
+			},
+			want: statusCounts{desired: 1, current: 1, ready: 1, updated: 1, unavailable: 1}},
+		{name: "pending pod: scheduled, not ready",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", h, phase(corev1.PodPending))}}
+			},
+			want: statusCounts{desired: 1, current: 1, updated: 1, unavailable: 1}},
+		{name: "failed pod still counts as scheduled",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", h, phase(corev1.PodFailed))}}
+			},
+			want: statusCounts{desired: 1, current: 1, updated: 1, unavailable: 1}},
+		{name: "pod with another hash is not updated",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, _ string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", "old", long)}}
+			},
+			want: statusCounts{desired: 1, current: 1, ready: 1, available: 1}},
+		{name: "empty sync hash: no pod is updated, not even an unlabelled one", noHash: true,
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, _ string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", "", long)}}
+			},
+			want: statusCounts{desired: 1, current: 1, ready: 1, available: 1}},
+		{name: "the oldest pod speaks for the node",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {
+					newDaemonPodFor(ds, "a", h, created(t0.Add(-time.Minute))),
+					newDaemonPodFor(ds, "a", "old", long, created(t0.Add(-2*time.Hour))),
+					newDaemonPodFor(ds, "a", h, created(t0.Add(-time.Second))),
+				}}
+			},
+			want: statusCounts{desired: 1, current: 1, ready: 1, available: 1}},
+		{name: "a bound pod speaks before an older unbound one",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {
+					newDaemonPodFor(ds, "a", "old", long, unbound("a"), created(t0.Add(-2*time.Hour))),
+					newDaemonPodFor(ds, "a", h, created(t0.Add(-time.Minute))),
+				}}
+			},
+			want: statusCounts{desired: 1, current: 1, updated: 1, unavailable: 1}},
+		{name: "pod on a node with an untolerated NoSchedule taint: misscheduled",
+			nodes: []*corev1.Node{newNode("a", withTaint("k", corev1.TaintEffectNoSchedule))},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", h, long)}}
+			},
+			want: statusCounts{misscheduled: 1}},
+		{name: "ineligible node without pods: not counted",
+			nodes: []*corev1.Node{newNode("a", withTaint("k", corev1.TaintEffectNoExecute))},
+			pods:  func(*appsv1.DaemonSet, string) nodePods { return nil },
+		},
+		{name: "pods on a node missing from the list are ignored",
+			nodes: []*corev1.Node{newNode("a")},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", h, long)}, "ghost": {newDaemonPodFor(ds, "ghost", h, long)}}
+			},
+			want: statusCounts{desired: 1, current: 1, ready: 1, available: 1, updated: 1}},
+		{name: "LEGACY-BIND: a node short of resources is still wanted, so desired", legacy: true,
+			nodes:  []*corev1.Node{newNode("a", withAllocatable("1", "110"))},
+			others: []*corev1.Pod{otherPod("hog", "a", "900m", 0)},
+			pods:   func(*appsv1.DaemonSet, string) nodePods { return nil },
+			want:   statusCounts{desired: 1, unavailable: 1}},
+		{name: "LEGACY-BIND: a host port taken elsewhere makes the node unwanted", legacy: true,
+			nodes:  []*corev1.Node{newNode("a")},
+			others: []*corev1.Pod{otherPod("web-server", "a", "", 80)},
+			pods: func(ds *appsv1.DaemonSet, h string) nodePods {
+				return nodePods{"a": {newDaemonPodFor(ds, "a", h, long)}}
+			},
+			want: statusCounts{misscheduled: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ds := newDS("web", withMinReady(minReady), withRequests("200m"), withHostPort(80))
+			objs := objects(ds, tt.nodes, tt.others)
+			var opts []fixtureOpt
+			if tt.legacy {
+				opts = append(opts, legacyMode)
+			}
+			f := newFixture(t, objs, opts...)
+			hash := hashOf(ds)
+			if tt.noHash {
+				hash = ""
+			}
+			s := &syncState{ds: ds, key: "default/web", log: f.c.log, nodes: tt.nodes, hash: hash}
+			got := f.c.computeStatus(s, tt.pods(ds, hashOf(ds)), t0)
+			if got != tt.want {
+				t.Errorf("status = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

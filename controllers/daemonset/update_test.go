@@ -3,6 +3,7 @@ package daemonset
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -274,5 +275,93 @@ func TestRollingUpdateWaitsForManage(t *testing.T) {
 	}
 	if len(f.deletedPods()) != 2 {
 		t.Errorf("rolling update deleted %v, want both old pods", f.deletedPods())
+	}
+}
+
+// TestUpdatedDesiredNodeCounts: which nodes are desired (and empty), how the strategy's
+// values scale against them, the maxUnavailable=1 fallback and invalid values.
+func TestUpdatedDesiredNodeCounts(t *testing.T) {
+	gone := withTaint("gone", corev1.TaintEffectNoExecute)
+	tests := []struct {
+		name     string
+		ds       *appsv1.DaemonSet
+		legacy   bool
+		nodes    []*corev1.Node
+		withPods []string // nodes with an entry in the node-to-pods map
+		want     updateBudget
+		wantErr  string
+	}{
+		{name: "int maxUnavailable, one node still empty",
+			ds:    newDS("web", withMaxUnavailable(intstr.FromInt32(2))),
+			nodes: nodes(3), withPods: []string{"node-0", "node-1"},
+			want: updateBudget{maxUnavailable: 2, desired: 3, emptyDesired: 1}},
+		{name: "percent maxUnavailable rounds up",
+			ds:    newDS("web", withMaxUnavailable(intstr.FromString("30%"))),
+			nodes: nodes(5), withPods: []string{"node-0", "node-1", "node-2", "node-3", "node-4"},
+			want: updateBudget{maxUnavailable: 2, desired: 5}},
+		{name: "percent maxSurge rounds up",
+			ds:    newDS("web", withMaxSurge(intstr.FromString("10%"))),
+			nodes: nodes(3), withPods: []string{"node-0", "node-1", "node-2"},
+			want: updateBudget{maxSurge: 1, desired: 3}},
+		{name: "ineligible nodes are neither desired nor empty",
+			ds:    newDS("web", withMaxUnavailable(intstr.FromInt32(1))),
+			nodes: []*corev1.Node{newNode("a"), newNode("b", gone), newNode("c", gone)}, withPods: []string{"c"},
+			want: updateBudget{maxUnavailable: 1, desired: 1, emptyDesired: 1}},
+		{name: "map entries for nodes not in the list change nothing",
+			ds:    newDS("web", withMaxUnavailable(intstr.FromInt32(1))),
+			nodes: nodes(1), withPods: []string{"ghost"},
+			want: updateBudget{maxUnavailable: 1, desired: 1, emptyDesired: 1}},
+		{name: "both zero with desired nodes: maxUnavailable becomes 1",
+			ds:    newDS("web", withMaxUnavailable(intstr.FromString("0%"))),
+			nodes: nodes(2),
+			want:  updateBudget{maxUnavailable: 1, desired: 2, emptyDesired: 2}},
+		{name: "both zero without desired nodes stays zero",
+			ds:   newDS("web", withMaxUnavailable(intstr.FromInt32(0))),
+			want: updateBudget{}},
+		{name: "0% surge of few nodes is zero, not rounded up to 1",
+			ds:    newDS("web", withMaxSurge(intstr.FromString("0%"))),
+			nodes: nodes(3),
+			want:  updateBudget{maxUnavailable: 1, desired: 3, emptyDesired: 3}},
+		{name: "LEGACY-BIND ignores maxSurge and falls back to maxUnavailable 1",
+			ds: newDS("web", withMaxSurge(intstr.FromInt32(2))), legacy: true,
+			nodes: nodes(3),
+			want:  updateBudget{maxUnavailable: 1, desired: 3, emptyDesired: 3}},
+		{name: "OnDelete scales nothing, so the fallback applies",
+			ds:    newDS("web", withOnDelete),
+			nodes: nodes(2),
+			want:  updateBudget{maxUnavailable: 1, desired: 2, emptyDesired: 2}},
+		{name: "invalid maxUnavailable is an error",
+			ds:    newDS("web", withMaxUnavailable(intstr.FromString("half"))),
+			nodes: nodes(1), wantErr: "invalid value for MaxUnavailable"},
+		{name: "invalid maxSurge is an error",
+			ds:    newDS("web", withMaxSurge(intstr.FromString("x%"))),
+			nodes: nodes(1), wantErr: "invalid value for MaxSurge"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []fixtureOpt
+			if tt.legacy {
+				opts = append(opts, legacyMode)
+			}
+			f := newFixture(t, objects(tt.ds, tt.nodes), opts...)
+			nodeToPods := map[string][]*corev1.Pod{}
+			for _, n := range tt.withPods {
+				nodeToPods[n] = []*corev1.Pod{newDaemonPodFor(tt.ds, n, "old")}
+			}
+			s := &syncState{ds: tt.ds, key: "default/web", log: f.c.log, nodes: tt.nodes, hash: hashOf(tt.ds)}
+			got, err := f.c.updatedDesiredNodeCounts(s, nodeToPods)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("budget = %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }

@@ -1,14 +1,19 @@
 package daemonset
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"hash/fnv"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/davecgh/go-spew/spew"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -161,30 +166,149 @@ func TestScaledCounts(t *testing.T) {
 	}
 }
 
+// TestComputeHash pins computeHash to the controller-revision-hash values Kubernetes 1.37
+// gives the same templates, so names and labels match a real cluster's byte for byte.
+//
+// Where the golden values come from: Kubernetes' ComputeHash (pkg/controller's
+// controller_utils.go, with DeepHashObject from pkg/util/hash) is FNV-1a (32 bit) over
+// dump.ForHash(template), a go-spew dump with a fixed configuration; when collisionCount is
+// set, 8 more bytes whose first 4 are the count as a little-endian uint32 (the rest zero);
+// the decimal form of the sum is then mapped character by character into the alphabet
+// "bcdfghjklmnpqrstvwxz2456789" (rand.SafeEncodeString). referenceHash below restates that
+// published algorithm without calling computeHash or the dump package it uses, and each
+// literal was computed with it over k8s.io/api v0.37.2, the types Kubernetes 1.37 hashes
+// (the dump covers every field, so a new API field changes every hash: that is why the
+// literals belong to one Kubernetes minor version). The test checks both implementations
+// against the literals, so a change to either is caught.
+//
+// The realistic template is in the form the API server stores it, after apps/v1 and
+// core/v1 defaulting, and decoded as an informer decodes it; hashing the manifest as
+// written would give another value.
 func TestComputeHash(t *testing.T) {
-	ds := newDS("h")
-	h1 := computeHash(&ds.Spec.Template, nil)
-	if h1 != computeHash(&ds.Spec.Template, nil) {
-		t.Fatal("hash not deterministic")
+	minimal := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}},
 	}
-	if l := len(h1); l < 1 || l > 10 {
-		t.Errorf("hash %q length %d", h1, l)
+	// node-exporter as `kubectl get ds -o json` shows spec.template for this manifest:
+	//
+	//	metadata: {labels: {app.kubernetes.io/name: node-exporter}, annotations: {prometheus.io/scrape: "true"}}
+	//	spec:
+	//	  containers:
+	//	  - name: node-exporter
+	//	    image: quay.io/prometheus/node-exporter:v1.8.2
+	//	    args: [--path.rootfs=/host]
+	//	    ports: [{name: metrics, containerPort: 9100}]
+	//	    readinessProbe: {httpGet: {port: 9100}}
+	//	    resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 128Mi}}
+	//	    volumeMounts: [{name: root, mountPath: /host, readOnly: true, mountPropagation: HostToContainer}]
+	//	  tolerations: [{operator: Exists}]
+	//	  volumes: [{name: root, hostPath: {path: /}}]
+	var realistic corev1.PodTemplateSpec
+	dec := json.NewDecoder(strings.NewReader(nodeExporterTemplate))
+	dec.DisallowUnknownFields() // a misspelt field would silently change what is pinned
+	if err := dec.Decode(&realistic); err != nil {
+		t.Fatal(err)
 	}
-	for _, r := range h1 {
-		if !strings.ContainsRune("bcdfghjklmnpqrstvwxz2456789", r) {
-			t.Errorf("hash %q has %q outside the safe alphabet", h1, r)
+
+	tests := []struct {
+		name           string
+		template       corev1.PodTemplateSpec
+		collisionCount *int32
+		want           string
+	}{
+		{"minimal: one label, one container image", minimal, nil, "74f8f75d46"},
+		{"minimal with collisionCount 1", minimal, ptr.To[int32](1), "98d446679"},
+		{"minimal with collisionCount 0 differs from nil", minimal, ptr.To[int32](0), "76cb74c4fd"},
+		{"realistic defaulted template", realistic, nil, "5d4dcc7f66"},
+	}
+	seen := map[string]string{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if ref := referenceHash(tt.template, tt.collisionCount); ref != tt.want {
+				t.Errorf("published algorithm gives %q, golden value is %q", ref, tt.want)
+			}
+			got := computeHash(&tt.template, tt.collisionCount)
+			if got != tt.want {
+				t.Errorf("computeHash = %q, want %q", got, tt.want)
+			}
+			if got != computeHash(tt.template.DeepCopy(), tt.collisionCount) {
+				t.Error("hash differs for a deep copy: it must depend on values, not pointers")
+			}
+			if other, dup := seen[got]; dup {
+				t.Errorf("%q hashes like %q", tt.name, other)
+			}
+			seen[got] = tt.name
+		})
+	}
+
+	t.Run("template change changes the hash", func(t *testing.T) {
+		changed := minimal.DeepCopy()
+		changed.Spec.Containers[0].Image = "nginx:1.28"
+		if computeHash(changed, nil) == computeHash(&minimal, nil) {
+			t.Error("a new image must change the hash")
 		}
+	})
+}
+
+// nodeExporterTemplate is the stored (defaulted) template of TestComputeHash's realistic case.
+const nodeExporterTemplate = `{
+  "metadata": {
+    "creationTimestamp": null,
+    "labels": {"app.kubernetes.io/name": "node-exporter"},
+    "annotations": {"prometheus.io/scrape": "true"}
+  },
+  "spec": {
+    "volumes": [{"name": "root", "hostPath": {"path": "/", "type": ""}}],
+    "containers": [{
+      "name": "node-exporter",
+      "image": "quay.io/prometheus/node-exporter:v1.8.2",
+      "args": ["--path.rootfs=/host"],
+      "ports": [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}],
+      "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "100m", "memory": "64Mi"}},
+      "volumeMounts": [{"name": "root", "readOnly": true, "mountPath": "/host", "mountPropagation": "HostToContainer"}],
+      "readinessProbe": {
+        "httpGet": {"path": "/", "port": 9100, "scheme": "HTTP"},
+        "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3
+      },
+      "terminationMessagePath": "/dev/termination-log",
+      "terminationMessagePolicy": "File",
+      "imagePullPolicy": "IfNotPresent"
+    }],
+    "restartPolicy": "Always",
+    "terminationGracePeriodSeconds": 30,
+    "dnsPolicy": "ClusterFirst",
+    "securityContext": {},
+    "schedulerName": "default-scheduler",
+    "tolerations": [{"operator": "Exists"}]
+  }
+}`
+
+// referenceHash is Kubernetes' published ComputeHash, restated for TestComputeHash only: it
+// must not share code with computeHash. The go-spew configuration is the one Kubernetes'
+// dump.ForHash uses, printed with %#v.
+func referenceHash(template corev1.PodTemplateSpec, collisionCount *int32) string {
+	h := fnv.New32a()
+	forHash := spew.ConfigState{
+		Indent:                  " ",
+		SortKeys:                true,
+		DisableMethods:          true,
+		SpewKeys:                true,
+		DisablePointerAddresses: true,
+		DisableCapacities:       true,
 	}
-	if computeHash(&ds.Spec.Template, ptr.To[int32](0)) == h1 {
-		t.Error("collisionCount 0 must change the hash")
+	forHash.Fprintf(h, "%#v", template)
+	if collisionCount != nil {
+		var b [8]byte
+		binary.LittleEndian.PutUint32(b[:4], uint32(*collisionCount))
+		h.Write(b[:])
 	}
-	if computeHash(&ds.Spec.Template, ptr.To[int32](1)) == computeHash(&ds.Spec.Template, ptr.To[int32](0)) {
-		t.Error("collisionCount 1 and 0 hash alike")
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	digits := strconv.FormatUint(uint64(h.Sum32()), 10)
+	out := make([]byte, len(digits))
+	for i := range len(digits) {
+		out[i] = alphabet[int(digits[i])%len(alphabet)]
 	}
-	other := newDS("h", withImage("busybox:2"))
-	if computeHash(&other.Spec.Template, nil) == h1 {
-		t.Error("template change must change the hash")
-	}
+	return string(out)
 }
 
 func TestHistoryPatch(t *testing.T) {
@@ -289,5 +413,50 @@ func TestPodTemplateLabels(t *testing.T) {
 	ds.Annotations[TemplateGenerationAnnotation] = "x"
 	if _, ok := podTemplate(ds, "h").Labels[TemplateGenerationLabel]; ok {
 		t.Error("unparsable generation must not produce a label")
+	}
+}
+
+// TestIsBestEffort: only non-zero cpu or memory requests or limits, in any container or init
+// container, make a pod more than best effort.
+func TestIsBestEffort(t *testing.T) {
+	rl := func(kv ...string) corev1.ResourceList {
+		out := corev1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		init []corev1.ResourceRequirements
+		main []corev1.ResourceRequirements
+		want bool
+	}{
+		{"no containers", nil, nil, true},
+		{"containers without resources", nil, []corev1.ResourceRequirements{{}, {}}, true},
+		{"cpu request", nil, []corev1.ResourceRequirements{{Requests: rl("cpu", "100m")}}, false},
+		{"memory request", nil, []corev1.ResourceRequirements{{Requests: rl("memory", "64Mi")}}, false},
+		{"cpu limit only", nil, []corev1.ResourceRequirements{{Limits: rl("cpu", "1")}}, false},
+		{"memory limit only", nil, []corev1.ResourceRequirements{{Limits: rl("memory", "1Gi")}}, false},
+		{"zero cpu and memory are no request", nil, []corev1.ResourceRequirements{{Requests: rl("cpu", "0", "memory", "0"), Limits: rl("cpu", "0m")}}, true},
+		{"ephemeral storage does not count", nil, []corev1.ResourceRequirements{{Requests: rl("ephemeral-storage", "1Gi"), Limits: rl("ephemeral-storage", "2Gi")}}, true},
+		{"extended resources do not count", nil, []corev1.ResourceRequirements{{Requests: rl("example.com/gpu", "1"), Limits: rl("example.com/gpu", "1")}}, true},
+		{"second container's request counts", nil, []corev1.ResourceRequirements{{}, {Requests: rl("memory", "1Mi")}}, false},
+		{"init container's request counts", []corev1.ResourceRequirements{{Requests: rl("cpu", "10m")}}, []corev1.ResourceRequirements{{}}, false},
+		{"init container's limit counts", []corev1.ResourceRequirements{{Limits: rl("memory", "1Mi")}}, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{}
+			for _, r := range tt.init {
+				pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{Name: "i", Resources: r})
+			}
+			for _, r := range tt.main {
+				pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "c", Resources: r})
+			}
+			if got := isBestEffort(pod); got != tt.want {
+				t.Errorf("isBestEffort = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
