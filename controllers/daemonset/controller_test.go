@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 func TestNewControllerValidation(t *testing.T) {
@@ -282,7 +283,7 @@ func TestProcessNextWorkItem(t *testing.T) {
 	}
 	fail = false
 	f.clock.Step(time.Second)
-	pollUntil(t, func() bool { return f.c.queue.Len() == 1 })
+	poll.Until(t, pollTimeout, "the failed key back on the queue after its rate-limit delay", func() bool { return f.c.queue.Len() == 1 })
 	f.c.processNextWorkItem(context.Background())
 	if n := f.c.queue.NumRequeues("default/web"); n != 0 {
 		t.Errorf("requeues after success = %d, want 0 (forgotten)", n)
@@ -311,12 +312,12 @@ func TestRun(t *testing.T) {
 		c.Run(ctx)
 		close(done)
 	}()
-	pollUntil(t, func() bool {
+	poll.Until(t, pollTimeout, "a pod created on each of the 2 nodes", func() bool {
 		pods, _ := client.Tracker().List(corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), "default")
 		l, ok := pods.(*corev1.PodList)
 		return ok && len(l.Items) == 2
 	})
-	pollUntil(t, func() bool {
+	poll.Until(t, pollTimeout, "the status of 2 scheduled pods at generation 1", func() bool {
 		obj, err := client.Tracker().Get(appsv1.SchemeGroupVersion.WithResource("daemonsets"), "default", "web")
 		if err != nil {
 			return false
@@ -324,7 +325,7 @@ func TestRun(t *testing.T) {
 		st := obj.(*appsv1.DaemonSet).Status
 		return st.DesiredNumberScheduled == 2 && st.CurrentNumberScheduled == 2 && st.ObservedGeneration == 1
 	})
-	pollUntil(t, func() bool {
+	poll.Until(t, pollTimeout, "a SuccessfulCreate event recorded through the API", func() bool {
 		evs, _ := client.Tracker().List(corev1.SchemeGroupVersion.WithResource("events"), corev1.SchemeGroupVersion.WithKind("Event"), "default")
 		l, ok := evs.(*corev1.EventList)
 		if !ok {
@@ -356,10 +357,10 @@ func TestBackoffGCRunsOnTheClock(t *testing.T) {
 		close(done)
 	}()
 	f.c.backoff.Next("stale", f.clock.Now())
-	pollUntil(t, func() bool { return f.clock.Waiters() > before }) // the GC ticker is armed
-	f.clock.Step(29 * time.Minute)                                  // ticks, but the entry is not stale yet
-	f.clock.Step(2 * time.Minute)                                   // > 2*max since the entry's last update
-	pollUntil(t, func() bool { return f.c.backoff.Get("stale") == 0 })
+	poll.Until(t, pollTimeout, "the backoff GC ticker armed on the fake clock", func() bool { return f.clock.Waiters() > before })
+	f.clock.Step(29 * time.Minute) // ticks, but the entry is not stale yet
+	f.clock.Step(2 * time.Minute)  // > 2*max since the entry's last update
+	poll.Until(t, pollTimeout, "the stale backoff entry collected", func() bool { return f.c.backoff.Get("stale") == 0 })
 	cancel()
 	<-done
 }

@@ -473,15 +473,7 @@ func drainQueue(f *fixture) []string {
 	return sortedCopy(out)
 }
 
-// pollUntil waits (in real time, with a deadline) for cond; used only where a client-go
-// goroutine (the delaying queue) has to react to a fake clock step.
-func pollUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met before deadline")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// pollTimeout bounds the real-time waits (poll.Until) used only where a client-go goroutine
+// (the delaying queue, an informer, the event sink) has to react to a fake clock step or
+// to a write; 5s is far above what they take on a loaded CI machine.
+const pollTimeout = 5 * time.Second

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	core "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 func TestManageCreatesOnEligibleNodes(t *testing.T) {
@@ -591,7 +593,7 @@ func TestLegacySuspendedDaemonSets(t *testing.T) {
 	_ = f.factory.Core().V1().Pods().Informer().GetIndexer().Delete(hog)
 	f.c.deletePod(hog)
 	f.clock.Step(time.Second) // the requeue is rate limited (delayed on the queue's clock)
-	pollUntil(t, func() bool { return f.c.queue.Len() == 1 })
+	poll.Until(t, pollTimeout, "the suspended DaemonSet requeued after its rate-limit delay", func() bool { return f.c.queue.Len() == 1 })
 	if got := drainQueue(f); !reflect.DeepEqual(got, []string{"default/web"}) {
 		t.Fatalf("queue = %v, want the suspended DaemonSet", got)
 	}
