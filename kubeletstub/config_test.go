@@ -48,7 +48,7 @@ func TestExampleConfiguration(t *testing.T) {
 		t.Errorf("stub-node-0 faults = %+v, want none", n0)
 	}
 
-	f, err := New(cfg, nil, Options{Client: fake.NewClientset(), Logger: quietLogger()})
+	f, err := New(cfg, Options{Client: fake.NewClientset(), Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -72,8 +72,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{"defaults", func(*configs.KubeletStub) {}, ""},
 		{"single node", func(c *configs.KubeletStub) { c.NodeName = "worker-1" }, ""},
-		{"node name with a fleet", func(c *configs.KubeletStub) { c.NodeName = "w"; c.Nodes = 3 }, "--node-name"},
-		{"no nodes", func(c *configs.KubeletStub) { c.Nodes = 0 }, "--nodes"},
+		{"node name with a fleet", func(c *configs.KubeletStub) { c.NodeName = "w"; c.Nodes = 3 }, "node-name"},
+		{"no nodes", func(c *configs.KubeletStub) { c.Nodes = 0 }, "nodes"},
 		{"bad node name", func(c *configs.KubeletStub) { c.NodePrefix = "Bad_Prefix" }, "node name"},
 		{"renew not below duration", func(c *configs.KubeletStub) { c.LeaseRenewInterval = 40 * time.Second }, "lease-renew-interval"},
 		{"fractional lease duration", func(c *configs.KubeletStub) { c.LeaseDuration = 1500 * time.Millisecond }, "lease-duration"},
@@ -82,7 +82,7 @@ func TestValidate(t *testing.T) {
 		{"bad taint effect", func(c *configs.KubeletStub) {
 			c.Template.Taints = []configs.StubTaint{{Key: "k", Effect: "Sometimes"}}
 		}, "effect"},
-		{"bad quantity", func(c *configs.KubeletStub) { c.Template.Capacity.CPU = "lots" }, "capacity cpu"},
+		{"bad quantity", func(c *configs.KubeletStub) { c.Template.Capacity.CPU = "lots" }, "capacity: cpu"},
 		{"more pods than IPs", func(c *configs.KubeletStub) { c.Template.Capacity.Pods = 300 }, "pod IPs"},
 		{"rate above one", func(c *configs.KubeletStub) { c.Template.Faults.RejectRate = 1.5 }, "reject-rate"},
 		{"unknown condition", func(c *configs.KubeletStub) {

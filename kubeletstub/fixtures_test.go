@@ -59,7 +59,7 @@ func newTestFleet(t *testing.T, cfg configs.KubeletStub, objects ...runtime.Obje
 		return false, nil, nil
 	})
 	clk := testingclock.NewFakeClock(t0)
-	f, err := New(cfg, nil, Options{Clock: clk, Logger: quietLogger(), Client: client})
+	f, err := New(cfg, Options{Client: client, Clock: clk, Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

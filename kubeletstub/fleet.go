@@ -36,15 +36,18 @@ const (
 	podRetryMax     = 30 * time.Second
 )
 
-// Options are a Fleet's collaborators; every field is optional.
+// Options are a Fleet's dependencies. RestConfig or Client is required.
 type Options struct {
+	// RestConfig carries the fleet's credentials (a node identity in group system:nodes);
+	// New builds the fleet's client from it, with the QPS and Burst ClientConfig describes.
+	RestConfig *rest.Config
+	// Client, when set, is used instead of a clientset built from RestConfig; tests pass
+	// client-go's fake clientset here (and no RestConfig).
+	Client kubernetes.Interface
 	// Clock drives heartbeats, delays and fault timers; nil means the real clock.
 	Clock clock.WithTicker
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Client, when set, is used instead of a clientset built from the rest config; tests
-	// pass client-go's fake clientset here (and a nil rest config).
-	Client kubernetes.Interface
 	// Registerer receives the fleet's Prometheus metrics; nil keeps them unregistered.
 	// Fleets sharing a registerer share (add up) their metrics.
 	Registerer prometheus.Registerer
@@ -101,10 +104,9 @@ func ClientConfig(cfg configs.KubeletStub, restConfig *rest.Config) *rest.Config
 	return rc
 }
 
-// New validates cfg and builds the fleet it describes. restConfig carries the fleet's
-// credentials (a node identity in group system:nodes); its QPS and Burst are raised as
-// ClientConfig describes. Nothing talks to the API server before Run.
-func New(cfg configs.KubeletStub, restConfig *rest.Config, opts Options) (*Fleet, error) {
+// New validates cfg and builds the fleet it describes, with the client opts gives or builds.
+// Nothing talks to the API server before Run.
+func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kubeletstub: %w", err)
 	}
@@ -117,10 +119,10 @@ func New(cfg configs.KubeletStub, restConfig *rest.Config, opts Options) (*Fleet
 	}
 	f.log = f.log.With("component", "kubeletstub")
 	if f.client == nil {
-		if restConfig == nil {
-			return nil, errors.New("kubeletstub: a rest config or Options.Client is required")
+		if opts.RestConfig == nil {
+			return nil, errors.New("kubeletstub: Options.RestConfig or Options.Client is required")
 		}
-		client, err := kubernetes.NewForConfig(ClientConfig(cfg, restConfig))
+		client, err := kubernetes.NewForConfig(ClientConfig(cfg, opts.RestConfig))
 		if err != nil {
 			return nil, fmt.Errorf("kubeletstub: client: %w", err)
 		}

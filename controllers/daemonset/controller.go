@@ -39,18 +39,18 @@ const (
 	indexPodsByNode       = "daemonset.miniplane.io/node"
 )
 
-// Options for NewController.
+// Options are the controller's dependencies, and the feature gate that selects its placement
+// mode. Client and Informers are required.
 type Options struct {
 	// Client writes pods, ControllerRevisions, DaemonSet status and events.
 	Client kubernetes.Interface
 	// Informers supplies the DaemonSet, ControllerRevision, Pod and Node informers. The caller
 	// starts it (Run also starts any informer not yet started).
 	Informers informers.SharedInformerFactory
-	// Config holds the tunables; zero fields take configs.DefaultDaemonSetController's values.
-	Config configs.DaemonSetController
-	// ScheduleDaemonSetPods is the feature gate: true (CURRENT) pins pods with node affinity
-	// and lets the scheduler bind them; false (LEGACY-BIND) runs the full predicate set here
-	// and sets spec.nodeName.
+	// ScheduleDaemonSetPods is the feature gate (configs.ControllerManager's FeatureGates,
+	// not a field of configs.DaemonSetController): true (CURRENT) pins pods with node
+	// affinity and lets the scheduler bind them; false (LEGACY-BIND) runs the full predicate
+	// set here and sets spec.nodeName.
 	ScheduleDaemonSetPods bool
 	// Clock drives backoff, expectations, availability and requeues; nil means the real clock.
 	Clock clock.WithTicker
@@ -90,18 +90,17 @@ type Controller struct {
 	addAfter    func(key string, d time.Duration)
 }
 
-// NewController validates opts, registers event handlers and indexers on the shared informers
+// New validates cfg, registers event handlers and indexers on the shared informers of opts
 // and returns a controller ready to Run.
-func NewController(opts Options) (*Controller, error) {
+func New(cfg configs.DaemonSetController, opts Options) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("daemonset: %w", err)
+	}
 	if opts.Client == nil {
 		return nil, errors.New("daemonset: Options.Client is required")
 	}
 	if opts.Informers == nil {
 		return nil, errors.New("daemonset: Options.Informers is required")
-	}
-	cfg := withDefaults(opts.Config)
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("daemonset: %w", err)
 	}
 	clk := opts.Clock
 	if clk == nil {
@@ -171,31 +170,7 @@ func NewController(opts Options) (*Controller, error) {
 	return c, nil
 }
 
-// withDefaults fills zero fields of cfg with the defaults.
-func withDefaults(cfg configs.DaemonSetController) configs.DaemonSetController {
-	def := configs.DefaultDaemonSetController()
-	if cfg.Workers == 0 {
-		cfg.Workers = def.Workers
-	}
-	if cfg.BurstReplicas == 0 {
-		cfg.BurstReplicas = def.BurstReplicas
-	}
-	if cfg.ExpectationsTimeout == 0 {
-		cfg.ExpectationsTimeout = def.ExpectationsTimeout
-	}
-	if cfg.FailedPodBackoffInitial == 0 {
-		cfg.FailedPodBackoffInitial = def.FailedPodBackoffInitial
-	}
-	if cfg.FailedPodBackoffMax == 0 {
-		cfg.FailedPodBackoffMax = def.FailedPodBackoffMax
-	}
-	if cfg.BackoffGCInterval == 0 {
-		cfg.BackoffGCInterval = def.BackoffGCInterval
-	}
-	return cfg
-}
-
-// Run records events through the API, waits for the caches, then runs Config.Workers workers
+// Run records events through the API, waits for the caches, then runs cfg.Workers workers
 // and the backoff garbage collector until ctx is cancelled. It returns once they have stopped.
 func (c *Controller) Run(ctx context.Context) {
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})

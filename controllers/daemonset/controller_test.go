@@ -26,24 +26,27 @@ import (
 	"github.com/miniplane/miniplane/internal/poll"
 )
 
-func TestNewControllerValidation(t *testing.T) {
+func TestNewValidation(t *testing.T) {
 	client := fake.NewSimpleClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
+	valid := configs.DefaultDaemonSetController()
 	bad := configs.DefaultDaemonSetController()
 	bad.FailedPodBackoffMax = time.Millisecond
 	tests := []struct {
 		name    string
+		cfg     configs.DaemonSetController
 		opts    Options
 		wantErr string
 	}{
-		{"no client", Options{Informers: factory}, "Client is required"},
-		{"no informers", Options{Client: client}, "Informers is required"},
-		{"invalid config", Options{Client: client, Informers: factory, Config: bad}, "failed-pod-backoff"},
-		{"zero config takes defaults", Options{Client: client, Informers: factory}, ""},
+		{"no client", valid, Options{Informers: factory}, "Client is required"},
+		{"no informers", valid, Options{Client: client}, "Informers is required"},
+		{"invalid config", bad, Options{Client: client, Informers: factory}, "failed-pod-backoff"},
+		{"zero config", configs.DaemonSetController{}, Options{Client: client, Informers: factory}, "workers"},
+		{"defaults", valid, Options{Client: client, Informers: factory}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := NewController(tt.opts)
+			c, err := New(tt.cfg, tt.opts)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -53,8 +56,8 @@ func TestNewControllerValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(c.cfg, configs.DefaultDaemonSetController()) {
-				t.Errorf("cfg = %+v", c.cfg)
+			if !reflect.DeepEqual(c.cfg, tt.cfg) {
+				t.Errorf("cfg = %+v, want %+v", c.cfg, tt.cfg)
 			}
 			if !c.legacy {
 				t.Error("ScheduleDaemonSetPods false must select LEGACY-BIND")
@@ -301,7 +304,7 @@ func TestRun(t *testing.T) {
 		return false, nil, nil
 	})
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := NewController(Options{Client: client, Informers: factory, ScheduleDaemonSetPods: true,
+	c, err := New(configs.DefaultDaemonSetController(), Options{Client: client, Informers: factory, ScheduleDaemonSetPods: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

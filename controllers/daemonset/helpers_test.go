@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -56,28 +58,37 @@ func (f *fixture) takeAfters() []after {
 	return out
 }
 
-type fixtureOpt func(*Options)
+// fixtureSetup is what newFixture passes to New; a fixtureOpt changes it.
+type fixtureSetup struct {
+	cfg  configs.DaemonSetController
+	opts Options
+}
 
-func legacyMode(o *Options) { o.ScheduleDaemonSetPods = false }
+type fixtureOpt func(*fixtureSetup)
+
+func legacyMode(s *fixtureSetup) { s.opts.ScheduleDaemonSetPods = false }
 
 func newFixture(t testing.TB, objs []runtime.Object, opts ...fixtureOpt) *fixture {
 	t.Helper()
 	client := fake.NewSimpleClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	clk := testingclock.NewFakeClock(t0)
-	o := Options{
-		Client:                client,
-		Informers:             factory,
-		ScheduleDaemonSetPods: true,
-		Clock:                 clk,
-		Logger:                slog.New(slog.NewTextHandler(io.Discard, nil)),
+	setup := fixtureSetup{
+		cfg: configs.DefaultDaemonSetController(),
+		opts: Options{
+			Client:                client,
+			Informers:             factory,
+			ScheduleDaemonSetPods: true,
+			Clock:                 clk,
+			Logger:                slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
 	}
 	for _, opt := range opts {
-		opt(&o)
+		opt(&setup)
 	}
-	c, err := NewController(o)
+	c, err := New(setup.cfg, setup.opts)
 	if err != nil {
-		t.Fatalf("NewController: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	f := &fixture{t: t, client: client, factory: factory, c: c, clock: clk, recorder: record.NewFakeRecorder(100000)}
 	c.recorder = f.recorder

@@ -321,7 +321,7 @@ func TestBurstCap(t *testing.T) {
 
 func TestBurstReplicasConfigurable(t *testing.T) {
 	ds := newDS("web")
-	f := newFixture(t, objects([]runtime.Object{ds}, nodes(10)), func(o *Options) { o.Config.BurstReplicas = 4 })
+	f := newFixture(t, objects([]runtime.Object{ds}, nodes(10)), func(s *fixtureSetup) { s.cfg.BurstReplicas = 4 })
 	f.mustSync(ds)
 	if n := len(f.createdPods()); n != 4 {
 		t.Errorf("creates = %d, want 4", n)

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 // UserAgent identifies the collector's API requests.
@@ -25,18 +27,16 @@ const UserAgent = "garbage-collector"
 // so an entry never goes stale; the bound only caps memory (the set is cleared when full).
 const absentOwnerCacheSize = 10000
 
-// Config configures New. Client and Informers are required.
-type Config struct {
+// Options are the collector's dependencies. Client and Informers are required.
+type Options struct {
 	// Client reads owners live, deletes dependents and updates ownerReferences/finalizers.
 	Client kubernetes.Interface
 	// Informers provides the pod, daemonset and controllerrevision informers (shared with
 	// the other controllers); the caller starts it after New.
 	Informers informers.SharedInformerFactory
-	// Workers is the number of concurrent dependents checks; default 20.
-	Workers int
-	// Clock drives the work queues' delays; default the real clock.
+	// Clock drives the work queues' delays; nil means the real clock.
 	Clock clock.WithTicker
-	// Logger; default slog.Default().
+	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, receives the collector's metrics.
 	Registerer prometheus.Registerer
@@ -63,32 +63,34 @@ type GarbageCollector struct {
 	orphaned  prometheus.Counter
 }
 
-// New validates cfg, fills defaults and registers indexers and handlers on the served
-// informers. Call it before the informer factory is started.
-func New(cfg Config) (*GarbageCollector, error) {
-	if cfg.Client == nil || cfg.Informers == nil {
-		return nil, errors.New("garbagecollector: Client and Informers are required")
+// New validates cfg and builds a collector from it and opts, registering indexers and
+// handlers on the served informers. Call it before the informer factory is started.
+func New(cfg configs.GarbageCollectorController, opts Options) (*GarbageCollector, error) {
+	if err := validate(cfg); err != nil {
+		return nil, fmt.Errorf("garbagecollector: %w", err)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 20
+	if opts.Client == nil || opts.Informers == nil {
+		return nil, errors.New("garbagecollector: Options.Client and Options.Informers are required")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
 	}
 	gc := &GarbageCollector{
-		resources:    servedResources(cfg.Client, cfg.Informers),
+		resources:    servedResources(opts.Client, opts.Informers),
 		workers:      cfg.Workers,
-		logger:       cfg.Logger,
+		logger:       logger,
 		absentOwners: map[types.UID]struct{}{},
 		attemptToDelete: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[objectRef](),
-			workqueue.TypedRateLimitingQueueConfig[objectRef]{Clock: cfg.Clock}),
+			workqueue.TypedRateLimitingQueueConfig[objectRef]{Clock: clk}),
 		attemptToOrphan: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[objectRef](),
-			workqueue.TypedRateLimitingQueueConfig[objectRef]{Clock: cfg.Clock}),
+			workqueue.TypedRateLimitingQueueConfig[objectRef]{Clock: clk}),
 		deletions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "garbagecollector_deletions_total",
 			Help: "Dependents deleted by the garbage collector, by resource.",
@@ -98,18 +100,35 @@ func New(cfg Config) (*GarbageCollector, error) {
 			Help: "Dependents whose ownerReference was removed for an orphaning delete.",
 		}),
 	}
-	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(gc.deletions); err != nil {
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(gc.deletions); err != nil {
 			return nil, fmt.Errorf("garbagecollector: metrics: %w", err)
 		}
-		if err := cfg.Registerer.Register(gc.orphaned); err != nil {
+		if err := opts.Registerer.Register(gc.orphaned); err != nil {
 			return nil, fmt.Errorf("garbagecollector: metrics: %w", err)
 		}
 	}
+	if err := gc.watch(); err != nil {
+		return nil, fmt.Errorf("garbagecollector: %w", err)
+	}
+	return gc, nil
+}
+
+// validate reports the first problem with cfg. configs.GarbageCollectorController has no
+// Validate method of its own; the rule is the one configs.ControllerManager.Validate applies.
+func validate(cfg configs.GarbageCollectorController) error {
+	if cfg.Workers < 1 {
+		return errors.New("workers must be at least 1")
+	}
+	return nil
+}
+
+// watch adds the owner index and the event handlers to every served informer.
+func (gc *GarbageCollector) watch() error {
 	for i, r := range gc.resources {
 		if _, exists := r.informer.GetIndexer().GetIndexers()[ownerUIDIndex]; !exists {
 			if err := r.informer.AddIndexers(cache.Indexers{ownerUIDIndex: indexByOwnerUID}); err != nil {
-				return nil, fmt.Errorf("garbagecollector: %s index: %w", r.name, err)
+				return fmt.Errorf("%s index: %w", r.name, err)
 			}
 		}
 		reg, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -118,11 +137,11 @@ func New(cfg Config) (*GarbageCollector, error) {
 			DeleteFunc: func(obj any) { gc.onDelete(i, obj) },
 		})
 		if err != nil {
-			return nil, fmt.Errorf("garbagecollector: %s handler: %w", r.name, err)
+			return fmt.Errorf("%s handler: %w", r.name, err)
 		}
 		gc.synced = append(gc.synced, reg.HasSynced)
 	}
-	return gc, nil
+	return nil
 }
 
 // Run waits for every served informer, then works both queues until ctx is cancelled.

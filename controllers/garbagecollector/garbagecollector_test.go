@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 var (
@@ -163,7 +166,9 @@ func startGC(t *testing.T, api *fakeAPI, factory informers.SharedInformerFactory
 	if factory == nil {
 		factory = informers.NewSharedInformerFactory(api.client, 0)
 	}
-	gc, err := New(Config{Client: api.client, Informers: factory, Workers: 2, Logger: slog.New(slog.DiscardHandler),
+	cfg := configs.DefaultControllerManager().GarbageCollector
+	cfg.Workers = 2
+	gc, err := New(cfg, Options{Client: api.client, Informers: factory, Logger: slog.New(slog.DiscardHandler),
 		Clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
 	if err != nil {
 		t.Fatal(err)
@@ -362,4 +367,32 @@ func (l *apiLog) snapshot() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.entries...)
+}
+
+func TestNewValidates(t *testing.T) {
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	valid := configs.DefaultControllerManager().GarbageCollector
+	tests := []struct {
+		name    string
+		cfg     configs.GarbageCollectorController
+		opts    Options
+		wantErr string
+	}{
+		{name: "defaults", cfg: valid, opts: Options{Client: client, Informers: factory}},
+		{name: "zero config", opts: Options{Client: client, Informers: factory}, wantErr: "workers"},
+		{name: "no client", cfg: valid, opts: Options{Informers: factory}, wantErr: "Client"},
+		{name: "no informers", cfg: valid, opts: Options{Client: client}, wantErr: "Informers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg, tt.opts)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("New = %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("New = %v, want an error about %s", err, tt.wantErr)
+			}
+		})
+	}
 }

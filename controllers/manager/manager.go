@@ -30,14 +30,17 @@ const (
 	userAgentLeaderElection = "leader-election"
 )
 
-// Options carries what a caller of Run injects; all fields are optional.
-type Options struct {
-	// Clock drives every controller's timing; default the real clock. Leader election always
-	// uses the real clock (client-go has no injection point).
+// RunOptions are Run's dependencies. RestConfig is required.
+type RunOptions struct {
+	// RestConfig is the controller-manager's API credentials; Run builds one client per
+	// controller from it.
+	RestConfig *rest.Config
+	// Clock drives every controller's timing; nil means the real clock. Leader election
+	// always uses the real clock (client-go has no injection point).
 	Clock clock.WithTicker
-	// Logger; default slog.Default().
+	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Identity is the leader-election candidate name; default hostname_<uuid>.
+	// Identity is the leader-election candidate name; "" means hostname_<uuid>.
 	Identity string
 	// HealthBound, when set, receives the health endpoint's address once it listens (useful
 	// with port 0).
@@ -55,21 +58,22 @@ type controller struct {
 // cfg.LeaderElection.LeaderElect is on — until ctx is cancelled. Every leadership term
 // starts from a fresh informer factory, so a replica that regains the lease acts on a fresh
 // view, never on its standby-era cache.
-func Run(ctx context.Context, cfg configs.ControllerManager, restConfig *rest.Config, opts Options) error {
+func Run(ctx context.Context, cfg configs.ControllerManager, opts RunOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("controller-manager: %w", err)
 	}
-	if restConfig == nil {
-		return errors.New("controller-manager: nil rest config")
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+	if opts.RestConfig == nil {
+		return errors.New("controller-manager: RunOptions.RestConfig is required")
 	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	logger = logger.With("component", "controller-manager")
+	electionClient, err := component.NewClient(opts.RestConfig, userAgentLeaderElection, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+	if err != nil {
+		return err
+	}
 
 	health := component.NewHealth()
 	var synced atomic.Bool // the current term's informers have synced
@@ -101,14 +105,14 @@ func Run(ctx context.Context, cfg configs.ControllerManager, restConfig *rest.Co
 		leading.Store(true)
 		defer leading.Store(false)
 		defer synced.Store(false)
-		if err := runControllers(ctx, cfg, restConfig, opts, logger, health.NewTermRegistry(), &synced); err != nil {
+		if err := runControllers(ctx, cfg, opts, logger, health.NewTermRegistry(), &synced); err != nil {
 			// A configuration or client error: retrying would fail the same way.
 			leadErr = err
 			cancel()
 		}
 	}
-	if err := component.LeadOrElect(ctx, cfg.LeaderElection, restConfig, userAgentLeaderElection, cfg.KubeAPIQPS, cfg.KubeAPIBurst,
-		opts.Identity, health, logger, lead); err != nil {
+	election := component.Election{Client: electionClient, Identity: opts.Identity, Health: health, Logger: logger}
+	if err := component.LeadOrElect(ctx, cfg.LeaderElection, election, lead); err != nil {
 		return err
 	}
 	cancel()
@@ -118,10 +122,10 @@ func Run(ctx context.Context, cfg configs.ControllerManager, restConfig *rest.Co
 
 // runControllers builds the selected controllers on a fresh informer factory, starts them
 // and returns when ctx is cancelled and they have stopped.
-func runControllers(ctx context.Context, cfg configs.ControllerManager, restConfig *rest.Config, opts Options,
+func runControllers(ctx context.Context, cfg configs.ControllerManager, opts RunOptions,
 	logger *slog.Logger, reg prometheus.Registerer, synced *atomic.Bool) error {
 	newClient := func(userAgent string) (kubernetes.Interface, error) {
-		return component.NewClient(restConfig, userAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+		return component.NewClient(opts.RestConfig, userAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	}
 	informerClient, err := newClient(userAgentInformers)
 	if err != nil {
@@ -135,7 +139,7 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, restConf
 		if !cfg.ControllerEnabled(name) {
 			continue
 		}
-		c, err := newController(name, cfg, factory, newClient, opts, logger.With("controller", name), reg)
+		c, err := newController(name, cfg, factory, newClient, opts.Clock, logger.With("controller", name), reg)
 		if err != nil {
 			return fmt.Errorf("controller %s: %w", name, err)
 		}
@@ -159,21 +163,21 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, restConf
 	return nil
 }
 
-// newController builds one controller by name.
+// newController builds one controller by name, from its section of cfg, with its own client.
 func newController(name string, cfg configs.ControllerManager, factory informers.SharedInformerFactory,
-	newClient func(string) (kubernetes.Interface, error), opts Options, logger *slog.Logger, reg prometheus.Registerer) (controller, error) {
+	newClient func(string) (kubernetes.Interface, error), clk clock.WithTicker, logger *slog.Logger,
+	reg prometheus.Registerer) (controller, error) {
 	switch name {
 	case configs.ControllerDaemonSet:
 		client, err := newClient(userAgentDaemonSet)
 		if err != nil {
 			return controller{}, err
 		}
-		c, err := daemonset.NewController(daemonset.Options{
+		c, err := daemonset.New(cfg.DaemonSet, daemonset.Options{
 			Client:                client,
 			Informers:             factory,
-			Config:                cfg.DaemonSet,
 			ScheduleDaemonSetPods: cfg.FeatureEnabled(configs.FeatureScheduleDaemonSetPods),
-			Clock:                 opts.Clock,
+			Clock:                 clk,
 			Logger:                logger,
 		})
 		if err != nil {
@@ -185,11 +189,10 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 		if err != nil {
 			return controller{}, err
 		}
-		gc, err := garbagecollector.New(garbagecollector.Config{
+		gc, err := garbagecollector.New(cfg.GarbageCollector, garbagecollector.Options{
 			Client:     client,
 			Informers:  factory,
-			Workers:    cfg.GarbageCollector.Workers,
-			Clock:      opts.Clock,
+			Clock:      clk,
 			Logger:     logger,
 			Registerer: reg,
 		})
@@ -202,17 +205,12 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 		if err != nil {
 			return controller{}, err
 		}
-		nl := cfg.NodeLifecycle
-		c, err := nodelifecycle.New(nodelifecycle.Config{
-			Client:             client,
-			Informers:          factory,
-			MonitorPeriod:      nl.MonitorPeriod,
-			GracePeriod:        nl.GracePeriod,
-			StartupGracePeriod: nl.StartupGracePeriod,
-			Workers:            nl.Workers,
-			Clock:              opts.Clock,
-			Logger:             logger,
-			Registerer:         reg,
+		c, err := nodelifecycle.New(cfg.NodeLifecycle, nodelifecycle.Options{
+			Client:     client,
+			Informers:  factory,
+			Clock:      clk,
+			Logger:     logger,
+			Registerer: reg,
 		})
 		if err != nil {
 			return controller{}, err

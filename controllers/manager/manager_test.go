@@ -17,17 +17,22 @@ import (
 func TestRunRejectsBadConfiguration(t *testing.T) {
 	bad := configs.DefaultControllerManager()
 	bad.Controllers = []string{"replicaset"}
+	zeroGC := configs.DefaultControllerManager()
+	zeroGC.GarbageCollector = configs.GarbageCollectorController{}
+	rc := &rest.Config{Host: "http://127.0.0.1:1"}
 	tests := []struct {
 		name string
 		cfg  configs.ControllerManager
 		rc   *rest.Config
 	}{
-		{name: "unknown controller", cfg: bad, rc: &rest.Config{Host: "http://127.0.0.1:1"}},
+		{name: "unknown controller", cfg: bad, rc: rc},
+		{name: "zero garbage collector section", cfg: zeroGC, rc: rc},
+		{name: "zero configuration", rc: rc},
 		{name: "no rest config", cfg: configs.DefaultControllerManager()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := Run(context.Background(), tt.cfg, tt.rc, Options{Logger: slog.New(slog.DiscardHandler)}); err == nil {
+			if err := Run(context.Background(), tt.cfg, RunOptions{RestConfig: tt.rc, Logger: slog.New(slog.DiscardHandler)}); err == nil {
 				t.Fatal("Run accepted a bad configuration")
 			}
 		})
@@ -43,7 +48,8 @@ func TestHealthWhileInformersCannotSync(t *testing.T) {
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, &rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second}, Options{
+		done <- Run(ctx, cfg, RunOptions{
+			RestConfig:  &rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second},
 			Logger:      slog.New(slog.DiscardHandler),
 			HealthBound: func(a net.Addr) { addr <- a.String() },
 		})

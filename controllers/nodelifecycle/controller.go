@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 // UserAgent identifies the controller's API requests.
@@ -43,26 +45,18 @@ const NodeLeaseNamespace = corev1.NamespaceNodeLease
 // podNodeNameIndex indexes pods by spec.nodeName (qualified: the pod informer is shared).
 const podNodeNameIndex = "miniplane.io/nodelifecycle-node-name"
 
-// Config configures New. Client and Informers are required.
-type Config struct {
+// Options are the controller's dependencies. Client and Informers are required.
+type Options struct {
 	// Client updates node status and taints and deletes evicted pods.
 	Client kubernetes.Interface
 	// Informers provides node, lease and pod informers; the caller starts it after New.
 	Informers informers.SharedInformerFactory
-	// MonitorPeriod is how often all nodes are checked; default 5s.
-	MonitorPeriod time.Duration
-	// GracePeriod is how long heartbeats may stop before a node is Unknown; default 40s.
-	GracePeriod time.Duration
-	// StartupGracePeriod replaces GracePeriod for a node that never posted Ready; default 1m.
-	StartupGracePeriod time.Duration
-	// Workers is the number of concurrent node syncs and of concurrent pod evictions each;
-	// default 4.
-	Workers int
-	// Clock; default the real clock.
+	// Clock drives the monitor period, grace periods and eviction times; nil means the real
+	// clock.
 	Clock clock.WithTicker
-	// Logger; default slog.Default().
+	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Recorder emits node and eviction events; default: a recorder posting through Client.
+	// Recorder emits node and eviction events; nil means a recorder posting through Client.
 	Recorder record.EventRecorder
 	// Registerer, when set, receives the controller's metrics.
 	Registerer prometheus.Registerer
@@ -106,44 +100,52 @@ type evictionClock struct {
 	start time.Time
 }
 
-// New validates cfg, fills defaults and registers handlers. Call it before the informer
-// factory is started.
-func New(cfg Config) (*Controller, error) {
-	if cfg.Client == nil || cfg.Informers == nil {
-		return nil, errors.New("nodelifecycle: Client and Informers are required")
+// New validates cfg and builds a controller from it and opts, registering an index and
+// handlers on the node, lease and pod informers. Call it before the informer factory is
+// started.
+func New(cfg configs.NodeLifecycleController, opts Options) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("nodelifecycle: %w", err)
 	}
-	if cfg.MonitorPeriod <= 0 {
-		cfg.MonitorPeriod = 5 * time.Second
+	if opts.Client == nil || opts.Informers == nil {
+		return nil, errors.New("nodelifecycle: Options.Client and Options.Informers are required")
 	}
-	if cfg.GracePeriod <= 0 {
-		cfg.GracePeriod = 40 * time.Second
+	c := newController(cfg, opts)
+	if err := c.registerMetrics(opts.Registerer); err != nil {
+		return nil, fmt.Errorf("nodelifecycle: metrics: %w", err)
 	}
-	if cfg.StartupGracePeriod <= 0 {
-		cfg.StartupGracePeriod = time.Minute
+	c.setRecorders(opts.Recorder, opts.Client)
+	if err := c.watch(opts.Informers); err != nil {
+		return nil, fmt.Errorf("nodelifecycle: %w", err)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 4
+	return c, nil
+}
+
+// newController returns the controller's state: settings, queues and metrics, with the
+// injected clock and logger (or the real clock and the default logger).
+func newController(cfg configs.NodeLifecycleController, opts Options) *Controller {
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	c := &Controller{
-		client:             cfg.Client,
+	return &Controller{
+		client:             opts.Client,
 		monitorPeriod:      cfg.MonitorPeriod,
 		gracePeriod:        cfg.GracePeriod,
 		startupGracePeriod: cfg.StartupGracePeriod,
 		workers:            cfg.Workers,
-		clock:              cfg.Clock,
-		logger:             cfg.Logger,
+		clock:              clk,
+		logger:             logger,
 		health:             map[string]*nodeHealth{},
 		evictionStart:      map[string]evictionClock{},
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Clock: cfg.Clock}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
 		podQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Clock: cfg.Clock}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "node_lifecycle_taint_evictions_total",
 			Help: "Pods deleted because they do not tolerate a NoExecute taint of their node.",
@@ -153,66 +155,78 @@ func New(cfg Config) (*Controller, error) {
 			Help: "Times a node was marked Ready=Unknown after its heartbeats stopped.",
 		}),
 	}
-	if cfg.Registerer != nil {
-		for _, col := range []prometheus.Collector{c.evictions, c.transitions} {
-			if err := cfg.Registerer.Register(col); err != nil {
-				return nil, fmt.Errorf("nodelifecycle: metrics: %w", err)
-			}
+}
+
+// registerMetrics registers the controller's metrics with reg, when there is one.
+func (c *Controller) registerMetrics(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for _, col := range []prometheus.Collector{c.evictions, c.transitions} {
+		if err := reg.Register(col); err != nil {
+			return err
 		}
 	}
-	if cfg.Recorder != nil {
-		c.nodeRecorder, c.evictionRecorder = cfg.Recorder, cfg.Recorder
-	} else {
-		c.broadcaster = record.NewBroadcaster()
-		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
-		c.nodeRecorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: nodeComponent})
-		c.evictionRecorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: evictionComponent})
-	}
+	return nil
+}
 
-	nodeInformer := cfg.Informers.Core().V1().Nodes()
-	leaseInformer := cfg.Informers.Coordination().V1().Leases()
-	podInformer := cfg.Informers.Core().V1().Pods()
+// setRecorders uses the injected recorder for both event sources, or builds a broadcaster
+// posting through client, which Run shuts down.
+func (c *Controller) setRecorders(recorder record.EventRecorder, client kubernetes.Interface) {
+	if recorder != nil {
+		c.nodeRecorder, c.evictionRecorder = recorder, recorder
+		return
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	c.nodeRecorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: nodeComponent})
+	c.evictionRecorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: evictionComponent})
+}
+
+// watch takes the listers, indexes pods by node (unless a previous controller on the same
+// factory did) and registers the handlers whose HasSynced Run waits for.
+func (c *Controller) watch(factory informers.SharedInformerFactory) error {
+	nodeInformer := factory.Core().V1().Nodes()
+	leaseInformer := factory.Coordination().V1().Leases()
+	podInformer := factory.Core().V1().Pods()
 	c.nodeLister = nodeInformer.Lister()
 	c.leaseLister = leaseInformer.Lister()
 	c.podLister = podInformer.Lister()
 	if _, exists := podInformer.Informer().GetIndexer().GetIndexers()[podNodeNameIndex]; !exists {
 		if err := podInformer.Informer().AddIndexers(cache.Indexers{podNodeNameIndex: indexPodByNodeName}); err != nil {
-			return nil, fmt.Errorf("nodelifecycle: pod index: %w", err)
+			return fmt.Errorf("pod index: %w", err)
 		}
 	}
 	c.podIndexer = podInformer.Informer().GetIndexer()
 
-	regs := make([]cache.ResourceEventHandlerRegistration, 0, 3)
-	reg, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onNode(nil, obj) },
-		UpdateFunc: c.onNode,
-		DeleteFunc: c.onNodeDelete,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nodelifecycle: node handler: %w", err)
+	handlers := []struct {
+		name     string
+		informer cache.SharedIndexInformer
+		funcs    cache.ResourceEventHandlerFuncs
+	}{
+		{"node", nodeInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onNode(nil, obj) },
+			UpdateFunc: c.onNode,
+			DeleteFunc: c.onNodeDelete,
+		}},
+		{"lease", leaseInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onLease,
+			UpdateFunc: func(_, obj any) { c.onLease(obj) },
+		}},
+		{"pod", podInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onPod,
+			UpdateFunc: func(_, obj any) { c.onPod(obj) },
+			DeleteFunc: c.onPodDelete,
+		}},
 	}
-	regs = append(regs, reg)
-	reg, err = leaseInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onLease,
-		UpdateFunc: func(_, obj any) { c.onLease(obj) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nodelifecycle: lease handler: %w", err)
+	for _, h := range handlers {
+		reg, err := h.informer.AddEventHandler(h.funcs)
+		if err != nil {
+			return fmt.Errorf("%s handler: %w", h.name, err)
+		}
+		c.synced = append(c.synced, reg.HasSynced)
 	}
-	regs = append(regs, reg)
-	reg, err = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onPod,
-		UpdateFunc: func(_, obj any) { c.onPod(obj) },
-		DeleteFunc: c.onPodDelete,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nodelifecycle: pod handler: %w", err)
-	}
-	regs = append(regs, reg)
-	for _, r := range regs {
-		c.synced = append(c.synced, r.HasSynced)
-	}
-	return c, nil
+	return nil
 }
 
 func indexPodByNodeName(obj any) ([]string, error) {

@@ -3,6 +3,7 @@ package nodelifecycle
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -32,8 +35,8 @@ func newTestController(t *testing.T, objs ...runtime.Object) *testEnv {
 	client := fake.NewClientset(objs...)
 	clk := testingclock.NewFakeClock(t0)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(Config{Client: client, Informers: factory, Clock: clk, Recorder: record.NewFakeRecorder(100),
-		Logger: slog.New(slog.DiscardHandler)})
+	c, err := New(configs.DefaultControllerManager().NodeLifecycle, Options{Client: client, Informers: factory, Clock: clk,
+		Recorder: record.NewFakeRecorder(100), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,6 +457,48 @@ func TestTolerationTime(t *testing.T) {
 			d, forever, ok := tolerationTime(&corev1.Pod{Spec: corev1.PodSpec{Tolerations: tt.tolerations}}, taints)
 			if d != tt.d || forever != tt.forever || ok != tt.ok {
 				t.Fatalf("tolerationTime = %v, %v, %v; want %v, %v, %v", d, forever, ok, tt.d, tt.forever, tt.ok)
+			}
+		})
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	valid := configs.DefaultControllerManager().NodeLifecycle
+	with := func(mutate func(*configs.NodeLifecycleController)) configs.NodeLifecycleController {
+		cfg := valid
+		mutate(&cfg)
+		return cfg
+	}
+	tests := []struct {
+		name    string
+		cfg     configs.NodeLifecycleController
+		opts    Options
+		wantErr string
+	}{
+		{name: "defaults", cfg: valid, opts: Options{Client: client, Informers: factory}},
+		{name: "zero config", opts: Options{Client: client, Informers: factory}, wantErr: "node-monitor-period"},
+		{name: "grace not above monitor period", cfg: with(func(c *configs.NodeLifecycleController) { c.GracePeriod = c.MonitorPeriod }),
+			opts: Options{Client: client, Informers: factory}, wantErr: "node-monitor-grace-period"},
+		{name: "no startup grace", cfg: with(func(c *configs.NodeLifecycleController) { c.StartupGracePeriod = 0 }),
+			opts: Options{Client: client, Informers: factory}, wantErr: "node-startup-grace-period"},
+		{name: "no workers", cfg: with(func(c *configs.NodeLifecycleController) { c.Workers = 0 }),
+			opts: Options{Client: client, Informers: factory}, wantErr: "workers"},
+		{name: "no client", cfg: valid, opts: Options{Informers: factory}, wantErr: "Client"},
+		{name: "no informers", cfg: valid, opts: Options{Client: client}, wantErr: "Informers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.cfg, tt.opts)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("New = %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("New = %v, want an error about %s", err, tt.wantErr)
+			}
+			if c != nil && c.broadcaster != nil {
+				c.broadcaster.Shutdown()
 			}
 		})
 	}

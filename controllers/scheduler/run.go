@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,89 +18,81 @@ import (
 // UserAgent identifies the scheduler's API requests.
 const UserAgent = "miniplane-scheduler"
 
-// Options carries what a caller of Run injects; all fields are optional.
-type Options struct {
-	// Clock drives backoff and retries; default the real clock. Leader election always uses
-	// the real clock.
+// RunOptions are Run's dependencies. RestConfig is required.
+type RunOptions struct {
+	// RestConfig is the scheduler's API credentials; Run builds its clients from it.
+	RestConfig *rest.Config
+	// Clock drives backoff and retries; nil means the real clock. Leader election always
+	// uses the real clock.
 	Clock clock.WithTicker
-	// Logger; default slog.Default().
+	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Identity is the leader-election candidate name; default hostname_<uuid>.
+	// Identity is the leader-election candidate name; "" means hostname_<uuid>.
 	Identity string
 	// HealthBound, when set, receives the health endpoint's address once it listens (useful
 	// with port 0).
 	HealthBound func(net.Addr)
 }
 
-// Run is `miniplane scheduler`: it builds clients from restConfig, serves /healthz, /readyz
-// and /metrics on cfg.HealthListen, and schedules pods — only while it holds the
+// Run is `miniplane scheduler`: it builds clients from opts.RestConfig, serves /healthz,
+// /readyz and /metrics on cfg.HealthListen, and schedules pods — only while it holds the
 // kube-system/kube-scheduler Lease when cfg.LeaderElection.LeaderElect is on. It returns
 // when ctx is cancelled.
-func Run(ctx context.Context, cfg configs.Scheduler, restConfig *rest.Config, opts Options) error {
+func Run(ctx context.Context, cfg configs.Scheduler, opts RunOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
+	}
+	if opts.RestConfig == nil {
+		return errors.New("scheduler: RunOptions.RestConfig is required")
 	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	logger = logger.With("component", "scheduler")
-	client, err := component.NewClient(restConfig, UserAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+	client, err := component.NewClient(opts.RestConfig, UserAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
-	// Events and the lease get their own rate limits, so neither delays bindings nor is
-	// delayed by them.
-	eventClient, err := component.NewClient(restConfig, UserAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+	// Events and the lease get their own clients and rate limits, so neither delays bindings
+	// nor is delayed by them.
+	eventClient, err := component.NewClient(opts.RestConfig, UserAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+	if err != nil {
+		return err
+	}
+	electionClient, err := component.NewClient(opts.RestConfig, UserAgent+"-leader-election", cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
 	health := component.NewHealth()
-	metrics := NewMetrics(health.Registry)
+	election := component.Election{Client: electionClient, Identity: opts.Identity, Health: health, Logger: logger}
+	deps := Options{Client: client, EventClient: eventClient, Clock: opts.Clock, Logger: logger,
+		Metrics: NewMetrics(health.Registry)}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
+	fail := func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+		cancel()
+	}
 	if cfg.HealthListen != "" {
 		go func() {
 			if err := health.Serve(ctx, cfg.HealthListen, logger, opts.HealthBound); err != nil {
-				errc <- err
-				cancel()
+				fail(err)
 			}
 		}()
 	}
 
 	lead := func(ctx context.Context) {
-		// A fresh informer factory per term: a new leader starts from a fresh list.
-		factory := informers.NewSharedInformerFactory(client, 0)
-		s, err := New(Config{
-			Client:         client,
-			EventClient:    eventClient,
-			Informers:      factory,
-			SchedulerName:  cfg.SchedulerName,
-			Workers:        cfg.Workers,
-			InitialBackoff: cfg.PodInitialBackoff,
-			MaxBackoff:     cfg.PodMaxBackoff,
-			FlushInterval:  cfg.UnschedulableFlushInterval,
-			Clock:          opts.Clock,
-			Logger:         logger,
-			Metrics:        metrics,
-		})
-		if err != nil {
-			select {
-			case errc <- err:
-			default:
-			}
-			cancel()
-			return
+		if err := runTerm(ctx, cfg, deps); err != nil {
+			fail(err)
 		}
-		factory.Start(ctx.Done())
-		defer factory.Shutdown()
-		_ = s.Run(ctx)
 	}
-
-	if err := component.LeadOrElect(ctx, cfg.LeaderElection, restConfig, UserAgent+"-leader-election", cfg.KubeAPIQPS, cfg.KubeAPIBurst,
-		opts.Identity, health, logger, lead); err != nil {
+	if err := component.LeadOrElect(ctx, cfg.LeaderElection, election, lead); err != nil {
 		return err
 	}
 	select {
@@ -108,4 +101,21 @@ func Run(ctx context.Context, cfg configs.Scheduler, restConfig *rest.Config, op
 	default:
 		return nil
 	}
+}
+
+// runTerm schedules for one leadership term (or for good, without election) on a fresh
+// informer factory, so that a new leader starts from a fresh list. It returns when ctx is
+// cancelled, or at once with an error when the scheduler cannot be built.
+func runTerm(ctx context.Context, cfg configs.Scheduler, deps Options) error {
+	deps.Informers = informers.NewSharedInformerFactory(deps.Client, 0)
+	s, err := New(cfg, deps)
+	if err != nil {
+		return err
+	}
+	deps.Informers.Start(ctx.Done())
+	defer deps.Informers.Shutdown()
+	// Run fails only when the term ends before the caches synced: that ends the term, not
+	// the scheduler.
+	_ = s.Run(ctx)
+	return nil
 }

@@ -30,34 +30,23 @@ import (
 // Component is the event source name, as kube-scheduler's default profile reports itself.
 const Component = "default-scheduler"
 
-// Config configures New: the scheduler itself (Run builds it from configs.Scheduler).
-// Client and Informers are required; the rest have defaults.
-type Config struct {
+// Options are the scheduler's dependencies. Client and Informers are required.
+type Options struct {
 	// Client binds pods and updates their status.
 	Client kubernetes.Interface
 	// Informers provides the pod and node informers; the caller starts it.
 	Informers informers.SharedInformerFactory
-	// Recorder emits Scheduled and FailedScheduling events; default: a recorder posting
+	// Recorder emits Scheduled and FailedScheduling events; nil means a recorder posting
 	// through EventClient (or Client).
 	Recorder record.EventRecorder
-	// EventClient posts events when Recorder is nil; default Client. A separate client keeps
-	// event writes from eating the binding rate limit.
+	// EventClient posts events when Recorder is nil; nil means Client. A separate client
+	// keeps event writes from eating the binding rate limit.
 	EventClient kubernetes.Interface
-	// SchedulerName is the spec.schedulerName served (pods with an empty one too); default
-	// "default-scheduler".
-	SchedulerName string
-	// Workers is how many pods are scheduled and bound concurrently; default 16.
-	Workers int
-	// InitialBackoff and MaxBackoff bound the retry delay of unschedulable pods; defaults 1s
-	// and 10s.
-	InitialBackoff, MaxBackoff time.Duration
-	// FlushInterval retries unschedulable pods even without cluster changes; default 5m.
-	FlushInterval time.Duration
-	// Clock drives backoff and retries; default the real clock.
+	// Clock drives backoff and retries; nil means the real clock.
 	Clock clock.WithTicker
-	// Logger; default slog.Default().
+	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics, when set, counts scheduling attempts and binding latency.
+	// Metrics counts scheduling attempts and binding latency; nil means unregistered metrics.
 	Metrics *Metrics
 }
 
@@ -93,67 +82,79 @@ type Scheduler struct {
 	bindFn func(ctx context.Context, b *corev1.Binding) error
 }
 
-// New validates opts, fills defaults and registers informer handlers. Call it before the
-// informer factory is started.
-func New(opts Config) (*Scheduler, error) {
+// New validates cfg and builds a scheduler from it and opts, registering handlers on the pod
+// and node informers. Call it before the informer factory is started.
+func New(cfg configs.Scheduler, opts Options) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
 	if opts.Client == nil || opts.Informers == nil {
-		return nil, errors.New("scheduler: Client and Informers are required")
+		return nil, errors.New("scheduler: Options.Client and Options.Informers are required")
 	}
-	if opts.SchedulerName == "" {
-		opts.SchedulerName = configs.DefaultSchedulerName
+	s := newScheduler(cfg, opts)
+	s.setRecorder(opts.Recorder, opts.EventClient, opts.Client)
+	if err := s.watch(opts.Informers); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	if opts.Workers <= 0 {
-		opts.Workers = 16
+	return s, nil
+}
+
+// newScheduler returns the scheduler's state, with the injected clock, logger and metrics
+// (or the real clock, the default logger and unregistered metrics).
+func newScheduler(cfg configs.Scheduler, opts Options) *Scheduler {
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
-	if opts.InitialBackoff <= 0 {
-		opts.InitialBackoff = time.Second
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
 	}
-	if opts.MaxBackoff < opts.InitialBackoff {
-		opts.MaxBackoff = max(10*time.Second, opts.InitialBackoff)
-	}
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = 5 * time.Minute
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = NewMetrics(nil)
+	metrics := opts.Metrics
+	if metrics == nil {
+		metrics = NewMetrics(nil)
 	}
 	s := &Scheduler{
 		client:        opts.Client,
-		schedulerName: opts.SchedulerName,
-		workers:       opts.Workers,
-		flushInterval: opts.FlushInterval,
-		clock:         opts.Clock,
-		logger:        opts.Logger,
-		metrics:       opts.Metrics,
+		schedulerName: cfg.SchedulerName,
+		workers:       cfg.Workers,
+		flushInterval: cfg.UnschedulableFlushInterval,
+		clock:         clk,
+		logger:        logger,
+		metrics:       metrics,
 		cache:         newCache(),
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
-			Clock: opts.Clock,
+			Clock: clk,
 		}),
-		backoff:       flowcontrol.NewFakeBackOff(opts.InitialBackoff, opts.MaxBackoff, opts.Clock),
+		backoff:       flowcontrol.NewFakeBackOff(cfg.PodInitialBackoff, cfg.PodMaxBackoff, clk),
 		unschedulable: map[string]time.Time{},
-	}
-	s.recorder = opts.Recorder
-	if s.recorder == nil {
-		eventClient := opts.EventClient
-		if eventClient == nil {
-			eventClient = opts.Client
-		}
-		s.broadcaster = record.NewBroadcaster()
-		s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
-		s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
 	}
 	s.bindFn = func(ctx context.Context, b *corev1.Binding) error {
 		return s.client.CoreV1().Pods(b.Namespace).Bind(ctx, b, metav1.CreateOptions{})
 	}
+	return s
+}
 
-	podInformer := opts.Informers.Core().V1().Pods()
-	nodeInformer := opts.Informers.Core().V1().Nodes()
+// setRecorder uses the injected recorder, or builds a broadcaster posting through
+// eventClient (client when nil), which Run shuts down.
+func (s *Scheduler) setRecorder(recorder record.EventRecorder, eventClient, client kubernetes.Interface) {
+	if recorder != nil {
+		s.recorder = recorder
+		return
+	}
+	if eventClient == nil {
+		eventClient = client
+	}
+	s.broadcaster = record.NewBroadcaster()
+	s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: eventClient.CoreV1().Events("")})
+	s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
+}
+
+// watch takes the pod lister and registers the pod and node handlers whose HasSynced Run
+// waits for.
+func (s *Scheduler) watch(factory informers.SharedInformerFactory) error {
+	podInformer := factory.Core().V1().Pods()
+	nodeInformer := factory.Core().V1().Nodes()
 	s.podLister = podInformer.Lister()
 	podReg, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.addPod,
@@ -161,7 +162,7 @@ func New(opts Config) (*Scheduler, error) {
 		DeleteFunc: s.deletePod,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: pod handler: %w", err)
+		return fmt.Errorf("pod handler: %w", err)
 	}
 	nodeReg, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.addNode,
@@ -169,12 +170,12 @@ func New(opts Config) (*Scheduler, error) {
 		DeleteFunc: s.deleteNode,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scheduler: node handler: %w", err)
+		return fmt.Errorf("node handler: %w", err)
 	}
 	// The handlers' own HasSynced: the cache must have seen every initial node and pod
 	// before a decision is made, not just the informer's store.
 	s.synced = []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
-	return s, nil
+	return nil
 }
 
 // Run waits for the caches, then schedules with the configured workers until ctx is

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,10 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 type testEnv struct {
@@ -56,7 +61,9 @@ func newTestScheduler(t *testing.T, applyBindings bool, objs ...runtime.Object) 
 		return true, b, nil
 	})
 	factory := informers.NewSharedInformerFactory(client, 0)
-	s, err := New(Config{Client: client, Informers: factory, Recorder: env.recorder, Clock: env.clock, Workers: 1})
+	cfg := configs.DefaultScheduler()
+	cfg.Workers = 1
+	s, err := New(cfg, Options{Client: client, Informers: factory, Recorder: env.recorder, Clock: env.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,5 +262,58 @@ func TestChangeDuringFailedAttemptRetriesThePod(t *testing.T) {
 			env.clock.Step(time.Second)
 			waitFor(t, "the retry after the backoff", func() bool { return env.s.queue.Len() == 1 })
 		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	recorder := record.NewFakeRecorder(1)
+	valid := configs.DefaultScheduler()
+	noBackoff := valid
+	noBackoff.PodInitialBackoff = 0
+	tests := []struct {
+		name    string
+		cfg     configs.Scheduler
+		opts    Options
+		wantErr string
+	}{
+		{name: "defaults", cfg: valid, opts: Options{Client: client, Informers: factory, Recorder: recorder}},
+		{name: "zero config", opts: Options{Client: client, Informers: factory, Recorder: recorder}, wantErr: "scheduler-name"},
+		{name: "no backoff", cfg: noBackoff, opts: Options{Client: client, Informers: factory, Recorder: recorder}, wantErr: "pod-initial-backoff"},
+		{name: "no client", cfg: valid, opts: Options{Informers: factory}, wantErr: "Client"},
+		{name: "no informers", cfg: valid, opts: Options{Client: client}, wantErr: "Informers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg, tt.opts)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("New = %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("New = %v, want an error about %s", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRunRejectsBadConfiguration(t *testing.T) {
+	bad := configs.DefaultScheduler()
+	bad.Workers = 0
+	tests := []struct {
+		name string
+		cfg  configs.Scheduler
+		opts RunOptions
+	}{
+		{name: "no workers", cfg: bad, opts: RunOptions{RestConfig: &rest.Config{Host: "http://127.0.0.1:1"}}},
+		{name: "no rest config", cfg: configs.DefaultScheduler()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.Logger = slog.New(slog.DiscardHandler)
+			if err := Run(context.Background(), tt.cfg, tt.opts); err == nil {
+				t.Fatal("Run accepted a bad configuration")
+			}
+		})
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/miniplane/miniplane/configs"
 )
 
 func TestHealthEndpoints(t *testing.T) {
@@ -88,11 +90,9 @@ func TestRunElectedHandsOverWithoutOverlap(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			err := RunElected(ctx, Election{
-				Client: client, Namespace: "kube-system", Name: "test", Identity: identity,
-				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond,
-				Logger: slog.New(slog.DiscardHandler),
-			}, func(ctx context.Context) {
+			cfg := configs.LeaderElection{LeaderElect: true, ResourceNamespace: "kube-system", ResourceName: "test",
+				LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}
+			err := RunElected(ctx, cfg, Election{Client: client, Identity: identity, Logger: slog.New(slog.DiscardHandler)}, func(ctx context.Context) {
 				if leading.Add(1) > 1 {
 					overlap.Store(true)
 				}
@@ -147,5 +147,30 @@ func TestRunElectedHandsOverWithoutOverlap(t *testing.T) {
 	l, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), "test", metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != second {
 		t.Fatalf("lease = %+v, %v", l, err)
+	}
+}
+
+func TestRunElectedValidates(t *testing.T) {
+	valid := configs.DefaultLeaderElection("test")
+	valid.LeaderElect = true
+	noName := valid
+	noName.ResourceName = ""
+	tests := []struct {
+		name    string
+		cfg     configs.LeaderElection
+		e       Election
+		wantErr string
+	}{
+		{name: "no client", cfg: valid, wantErr: "Client"},
+		{name: "no lease name", cfg: noName, e: Election{Client: fake.NewClientset()}, wantErr: "resource-name"},
+		{name: "zero configuration", e: Election{Client: fake.NewClientset()}, wantErr: "must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := RunElected(context.Background(), tt.cfg, tt.e, func(context.Context) { t.Error("lead ran") })
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("RunElected = %v, want an error about %s", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -12,26 +12,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/miniplane/miniplane/configs"
 )
 
-// Election configures RunElected.
+// Election holds the dependencies of RunElected and LeadOrElect; the Lease and the timings
+// come from configs.LeaderElection.
 type Election struct {
-	// Client creates and renews the Lease (its own client, so that a busy controller cannot
-	// starve renewals).
+	// Client creates and renews the Lease; required. It should be the election's own client
+	// (its own user agent and rate limit), so that a busy component cannot starve renewals.
 	Client kubernetes.Interface
-	// Namespace and Name name the Lease, e.g. kube-system/kube-controller-manager.
-	Namespace, Name string
-	// Identity is this candidate's holderIdentity; default hostname_<random uuid>.
+	// Identity is this candidate's holderIdentity; "" means hostname_<random uuid>.
 	Identity string
-	// LeaseDuration, RenewDeadline, RetryPeriod are client-go's election timings.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Health, when set, gets a leader-election liveness check and a leader gauge.
 	Health *Health
+	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -51,12 +48,12 @@ func DefaultIdentity() string {
 // released only after lead has returned, so a successor never overlaps with this one.
 //
 // Leader election runs on the real clock: client-go's elector has no clock injection.
-func RunElected(ctx context.Context, e Election, lead func(context.Context)) error {
-	if e.Client == nil {
-		return errors.New("leader election: nil client")
+func RunElected(ctx context.Context, cfg configs.LeaderElection, e Election, lead func(context.Context)) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("leader election: %w", err)
 	}
-	if e.Namespace == "" || e.Name == "" {
-		return errors.New("leader election: lease namespace and name are required")
+	if e.Client == nil {
+		return errors.New("leader election: Election.Client is required")
 	}
 	if e.Identity == "" {
 		e.Identity = DefaultIdentity()
@@ -65,9 +62,9 @@ func RunElected(ctx context.Context, e Election, lead func(context.Context)) err
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger = logger.With("lease", e.Namespace+"/"+e.Name, "identity", e.Identity)
+	logger = logger.With("lease", cfg.ResourceNamespace+"/"+cfg.ResourceName, "identity", e.Identity)
 
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, e.Namespace, e.Name,
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.ResourceNamespace, cfg.ResourceName,
 		e.Client.CoreV1(), e.Client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: e.Identity})
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
@@ -79,7 +76,7 @@ func RunElected(ctx context.Context, e Election, lead func(context.Context)) err
 		g := prometheus.NewGauge(prometheus.GaugeOpts{
 			Name:        "leader_election_master_status",
 			Help:        "1 while this instance holds the lease, 0 otherwise.",
-			ConstLabels: prometheus.Labels{"name": e.Name},
+			ConstLabels: prometheus.Labels{"name": cfg.ResourceName},
 		})
 		if err := e.Health.Registry.Register(g); err == nil {
 			gauge = g
@@ -92,7 +89,7 @@ func RunElected(ctx context.Context, e Election, lead func(context.Context)) err
 	}
 
 	for ctx.Err() == nil {
-		if err := campaign(ctx, e, lock, watchdog, setLeader, logger, lead); err != nil {
+		if err := campaign(ctx, cfg, e.Identity, lock, watchdog, setLeader, logger, lead); err != nil {
 			return err
 		}
 		if ctx.Err() == nil {
@@ -105,8 +102,8 @@ func RunElected(ctx context.Context, e Election, lead func(context.Context)) err
 
 // campaign runs one elector until ctx is cancelled or the lease is lost, and returns only
 // after lead (if it started) has returned and the lease has been released.
-func campaign(ctx context.Context, e Election, lock resourcelock.Interface, watchdog *leaderelection.HealthzAdaptor,
-	setLeader func(float64), logger *slog.Logger, lead func(context.Context)) error {
+func campaign(ctx context.Context, cfg configs.LeaderElection, identity string, lock resourcelock.Interface,
+	watchdog *leaderelection.HealthzAdaptor, setLeader func(float64), logger *slog.Logger, lead func(context.Context)) error {
 	// electionCtx outlives ctx until lead has returned: cancelling it releases the lease.
 	electionCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElection()
@@ -117,12 +114,12 @@ func campaign(ctx context.Context, e Election, lock resourcelock.Interface, watc
 	)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   e.LeaseDuration,
-		RenewDeadline:   e.RenewDeadline,
-		RetryPeriod:     e.RetryPeriod,
+		LeaseDuration:   cfg.LeaseDuration,
+		RenewDeadline:   cfg.RenewDeadline,
+		RetryPeriod:     cfg.RetryPeriod,
 		ReleaseOnCancel: true,
 		WatchDog:        watchdog,
-		Name:            e.Name,
+		Name:            cfg.ResourceName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leCtx context.Context) {
 				// The elector calls this in its own goroutine; registering under mu means
@@ -144,9 +141,9 @@ func campaign(ctx context.Context, e Election, lock resourcelock.Interface, watc
 				lead(runCtx)
 			},
 			OnStoppedLeading: func() { setLeader(0) },
-			OnNewLeader: func(identity string) {
-				if identity != e.Identity {
-					logger.Info("observed leader", "leader", identity)
+			OnNewLeader: func(leader string) {
+				if leader != identity {
+					logger.Info("observed leader", "leader", leader)
 				}
 			},
 		},
@@ -173,27 +170,11 @@ func campaign(ctx context.Context, e Election, lock resourcelock.Interface, watc
 }
 
 // LeadOrElect runs lead at once when cfg.LeaderElect is off, and otherwise only while this
-// instance holds the Lease cfg names (through RunElected). The election gets its own client,
-// user agent userAgent, so renewals are never queued behind the component's own requests.
-func LeadOrElect(ctx context.Context, cfg configs.LeaderElection, restConfig *rest.Config, userAgent string,
-	qps float32, burst int, identity string, health *Health, logger *slog.Logger, lead func(context.Context)) error {
+// instance holds the Lease cfg names (through RunElected, which e.Client must serve).
+func LeadOrElect(ctx context.Context, cfg configs.LeaderElection, e Election, lead func(context.Context)) error {
 	if !cfg.LeaderElect {
 		lead(ctx)
 		return nil
 	}
-	client, err := NewClient(restConfig, userAgent, qps, burst)
-	if err != nil {
-		return err
-	}
-	return RunElected(ctx, Election{
-		Client:        client,
-		Namespace:     cfg.ResourceNamespace,
-		Name:          cfg.ResourceName,
-		Identity:      identity,
-		LeaseDuration: cfg.LeaseDuration,
-		RenewDeadline: cfg.RenewDeadline,
-		RetryPeriod:   cfg.RetryPeriod,
-		Health:        health,
-		Logger:        logger,
-	}, lead)
+	return RunElected(ctx, cfg, e, lead)
 }
