@@ -99,10 +99,11 @@ func (c *podController) processNext(ctx context.Context) bool {
 	c.metrics.podSyncs.Inc()
 	if err != nil {
 		c.metrics.podSyncErrors.Inc()
-		if ctx.Err() == nil {
-			c.log.Debug("pod sync failed", "pod", key, "err", err)
-		}
 		c.queue.AddRateLimited(key)
+		if ctx.Err() == nil {
+			retries := c.queue.NumRequeues(key)
+			c.log.Log(ctx, syncFailureLevel(err, retries), "pod sync failed; retrying", "pod", key, "retries", retries, "err", err)
+		}
 		return true
 	}
 	c.queue.Forget(key)
@@ -110,6 +111,20 @@ func (c *podController) processNext(ctx context.Context) bool {
 		c.timers.AddAt(key, wakeAt)
 	}
 	return true
+}
+
+// quietConflicts is how many conflicts in a row a pod's sync may hit before they are logged
+// above Debug. A status written from a stale cache conflicts, and the retry from fresher data
+// a few milliseconds later normally succeeds; a pod that keeps conflicting is stuck.
+const quietConflicts = 3
+
+// syncFailureLevel is the level a failed pod sync is logged at: Warn, so that a stuck pod
+// shows at the default level, except for the first few conflicts, which are routine.
+func syncFailureLevel(err error, retries int) slog.Level {
+	if apierrors.IsConflict(err) && retries <= quietConflicts {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // sync brings one pod one step closer to what its node says about it, and returns when the

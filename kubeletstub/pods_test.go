@@ -2,6 +2,9 @@ package kubeletstub
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -166,5 +169,30 @@ func TestRestartKeepsAdmittedPods(t *testing.T) {
 	}
 	if got := tf2.statusUpdates()["old"]; got != 0 {
 		t.Errorf("the restarted stub rewrote the old pod %d times", got)
+	}
+}
+
+// A pod whose sync keeps failing shows at the default (Info) level; only the first few
+// conflicts from a stale cache stay at Debug.
+func TestSyncFailureLevel(t *testing.T) {
+	conflict := apierrors.NewConflict(corev1.Resource("pods"), "p", errors.New("the object has been modified"))
+	tests := []struct {
+		name    string
+		err     error
+		retries int
+		want    slog.Level
+	}{
+		{name: "first conflict", err: conflict, retries: 1, want: slog.LevelDebug},
+		{name: "wrapped conflict", err: fmt.Errorf("update pod status: %w", conflict), retries: quietConflicts, want: slog.LevelDebug},
+		{name: "conflicts keep coming", err: conflict, retries: quietConflicts + 1, want: slog.LevelWarn},
+		{name: "server error", err: apierrors.NewInternalError(errors.New("etcd down")), retries: 1, want: slog.LevelWarn},
+		{name: "network error", err: errors.New("connection refused"), retries: 1, want: slog.LevelWarn},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := syncFailureLevel(tt.err, tt.retries); got != tt.want {
+				t.Errorf("syncFailureLevel = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -47,10 +47,10 @@ func (r *registrar) processNext(ctx context.Context) bool {
 	defer r.queue.Done(i)
 	n := r.nodes[i]
 	if err := r.register(ctx, n); err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("node registration failed", "node", n.name, "err", err)
-		}
 		r.queue.AddRateLimited(i)
+		if ctx.Err() == nil {
+			r.log.Warn("node registration failed; retrying", "node", n.name, "retries", r.queue.NumRequeues(i), "err", err)
+		}
 		return true
 	}
 	r.queue.Forget(i)

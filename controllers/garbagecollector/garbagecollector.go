@@ -181,9 +181,11 @@ func (gc *GarbageCollector) processNext(ctx context.Context, q workqueue.TypedRa
 	defer q.Done(item)
 	if err := handle(ctx, item); err != nil {
 		if ctx.Err() == nil {
-			gc.logger.Debug("garbage collection failed; retrying", "resource", gc.resources[item.res].name,
-				"object", item.key(), "err", err)
 			q.AddRateLimited(item)
+			// Warn, not Debug: an item that keeps failing is a stuck collector, and the retry
+			// count tells a transient failure from a persistent one.
+			gc.logger.Warn("garbage collection failed; retrying", "resource", gc.resources[item.res].name,
+				"object", item.key(), "retries", q.NumRequeues(item), "err", err)
 		}
 		return true
 	}

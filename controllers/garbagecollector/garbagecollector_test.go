@@ -1,7 +1,9 @@
 package garbagecollector
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -394,5 +396,44 @@ func TestNewValidates(t *testing.T) {
 				t.Fatalf("New = %v, want an error about %s", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// itemFor returns the queue item of the fixture object resource/name (UID "uid-<name>").
+func itemFor(t *testing.T, gc *GarbageCollector, resource, name string) objectRef {
+	t.Helper()
+	for i, r := range gc.resources {
+		if r.name == resource {
+			return objectRef{res: i, namespace: "default", name: name, uid: types.UID("uid-" + name)}
+		}
+	}
+	t.Fatalf("resource %s is not served", resource)
+	return objectRef{}
+}
+
+// A failed item is retried and logged at a level the default (Info) handler shows, with its
+// retry count: a stuck collector must be visible.
+func TestFailedItemIsLoggedAboveDebug(t *testing.T) {
+	var logs bytes.Buffer
+	api := newFakeAPI()
+	gc, err := New(configs.DefaultControllerManager().GarbageCollector, Options{Client: api.client,
+		Informers: informers.NewSharedInformerFactory(api.client, 0), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.attemptToDelete.ShutDown()
+	item := itemFor(t, gc, "pods", "a")
+	gc.attemptToDelete.Add(item)
+	gc.processNext(context.Background(), gc.attemptToDelete, func(context.Context, objectRef) error {
+		return errors.New("api unavailable")
+	})
+	if n := gc.attemptToDelete.NumRequeues(item); n != 1 {
+		t.Errorf("requeues = %d, want 1", n)
+	}
+	for _, want := range []string{"level=WARN", `msg="garbage collection failed; retrying"`, "object=default/a", "retries=1", `err="api unavailable"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log %q lacks %s", logs.String(), want)
+		}
 	}
 }

@@ -251,11 +251,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range c.workers {
 		wg.Go(func() {
-			for c.processNext(ctx, c.nodeQueue, c.syncNode) {
+			for c.processNext(ctx, c.nodeQueue, "node", c.syncNode) {
 			}
 		})
 		wg.Go(func() {
-			for c.processNext(ctx, c.podQueue, c.syncPod) {
+			for c.processNext(ctx, c.podQueue, "pod", c.syncPod) {
 			}
 		})
 	}
@@ -293,7 +293,9 @@ func (c *Controller) enqueueAllNodes() {
 	}
 }
 
-func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) bool {
+// processNext syncs one key of q, which holds keys of kind ("node" or "pod", the log key).
+func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], kind string,
+	sync func(context.Context, string) error) bool {
 	key, shutdown := q.Get()
 	if shutdown {
 		return false
@@ -301,8 +303,11 @@ func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimit
 	defer q.Done(key)
 	if err := sync(ctx, key); err != nil {
 		if ctx.Err() == nil {
-			c.logger.Debug("sync failed; retrying", "key", key, "err", err)
 			q.AddRateLimited(key)
+			// Warn, not Debug: a key that keeps failing is a stuck controller (a node never
+			// marked Unknown, a pod never evicted), and the retry count tells a transient
+			// failure from a persistent one.
+			c.logger.Warn("sync failed; retrying", kind, key, "retries", q.NumRequeues(key), "err", err)
 		}
 		return true
 	}

@@ -1,7 +1,9 @@
 package nodelifecycle
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -499,6 +501,41 @@ func TestNewValidates(t *testing.T) {
 			}
 			if c != nil && c.broadcaster != nil {
 				c.broadcaster.Shutdown()
+			}
+		})
+	}
+}
+
+// A failed sync is retried and logged at a level the default (Info) handler shows, with its
+// retry count: a stuck controller must be visible.
+func TestFailedSyncIsLoggedAboveDebug(t *testing.T) {
+	tests := []struct {
+		kind string
+		key  string
+	}{
+		{kind: "node", key: "n1"},
+		{kind: "pod", key: "default/p"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			var logs bytes.Buffer
+			env := newTestController(t)
+			env.c.logger = slog.New(slog.NewTextHandler(&logs, nil))
+			q := env.c.nodeQueue
+			if tt.kind == "pod" {
+				q = env.c.podQueue
+			}
+			q.Add(tt.key)
+			env.c.processNext(context.Background(), q, tt.kind, func(context.Context, string) error {
+				return errors.New("api unavailable")
+			})
+			if n := q.NumRequeues(tt.key); n != 1 {
+				t.Errorf("requeues = %d, want 1", n)
+			}
+			for _, want := range []string{"level=WARN", `msg="sync failed; retrying"`, tt.kind + "=" + tt.key, "retries=1", `err="api unavailable"`} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("log %q lacks %s", logs.String(), want)
+				}
 			}
 		})
 	}

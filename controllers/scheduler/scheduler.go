@@ -315,9 +315,15 @@ func (s *Scheduler) markUnschedulable(ctx context.Context, pod *corev1.Pod, msg 
 	if !replaced {
 		updated.Status.Conditions = append(updated.Status.Conditions, cond)
 	}
-	if _, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		// The next retry writes it again.
+	_, err := s.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+	case apierrors.IsConflict(err) || ctx.Err() != nil:
+		// The pod changed meanwhile (its update event brings it back) or we are stopping.
 		logger.Debug("updating pod status failed", "err", err)
+	default:
+		// The next retry writes it again; until then users see a stale condition.
+		logger.Warn("updating pod status failed", "err", err)
 	}
 }
 
