@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 func TestCurrentFaults(t *testing.T) {
@@ -130,7 +131,7 @@ func TestRejectPodsAnnotation(t *testing.T) {
 	tf.waitPhase(t, "before", corev1.PodRunning)
 
 	tf.annotate(t, "n-0", AnnotationRejectPods, ptr("Rejected"))
-	eventually(t, "the stub sees the annotation", func() bool {
+	poll.Until(t, waitTimeout, "the stub sees the annotation", func() bool {
 		return currentFaults(&tf.nodes[0].tmpl, mustNode(tf, "n-0").Annotations).rejectReason == "Rejected"
 	})
 	tf.createPod(t, newPod(podSpec{name: "during", node: "n-0"}))
@@ -145,7 +146,7 @@ func TestRejectPodsAnnotation(t *testing.T) {
 	}
 
 	tf.annotate(t, "n-0", AnnotationRejectPods, nil)
-	eventually(t, "the stub sees the annotation removed", func() bool {
+	poll.Until(t, waitTimeout, "the stub sees the annotation removed", func() bool {
 		return currentFaults(&tf.nodes[0].tmpl, mustNode(tf, "n-0").Annotations).rejectReason == ""
 	})
 	tf.createPod(t, newPod(podSpec{name: "after", node: "n-0"}))
@@ -192,7 +193,7 @@ func TestReadyDelayAnnotation(t *testing.T) {
 	tf := newTestFleet(t, testConfig(1))
 	tf.waitReady(t)
 	tf.annotate(t, "n-0", AnnotationReadyDelay, ptr("20s"))
-	eventually(t, "the stub sees the annotation", func() bool {
+	poll.Until(t, waitTimeout, "the stub sees the annotation", func() bool {
 		return currentFaults(&tf.nodes[0].tmpl, mustNode(tf, "n-0").Annotations).readyDelay == 20*time.Second
 	})
 	tf.createPod(t, newPod(podSpec{name: "p", node: "n-0"}))
@@ -206,7 +207,7 @@ func TestReadyDelayAnnotation(t *testing.T) {
 		t.Fatalf("Ready after 19s of a 20s delay")
 	}
 	tf.clock.Step(time.Second)
-	eventually(t, "p turns Ready", func() bool { return podReady(tf.pod(t, "p")) })
+	poll.Until(t, waitTimeout, "p turns Ready", func() bool { return podReady(tf.pod(t, "p")) })
 }
 
 func TestConditionsAnnotationAndConfiguration(t *testing.T) {
@@ -218,7 +219,7 @@ func TestConditionsAnnotationAndConfiguration(t *testing.T) {
 		t.Errorf("configured DiskPressure = %s, want True", c.Status)
 	}
 	tf.annotate(t, "n-0", AnnotationConditions, ptr("MemoryPressure=True,Ready=False"))
-	eventually(t, "the node reports the annotated conditions", func() bool {
+	poll.Until(t, waitTimeout, "the node reports the annotated conditions", func() bool {
 		n := tf.node(t, "n-0")
 		return findNodeCondition(n, corev1.NodeMemoryPressure).Status == corev1.ConditionTrue &&
 			findNodeCondition(n, corev1.NodeReady).Status == corev1.ConditionFalse &&
@@ -271,12 +272,12 @@ func TestConfiguredFaultRates(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, "every pod decided", func() bool { return count(corev1.PodFailed)+count(corev1.PodRunning) == pods })
+	poll.Until(t, waitTimeout, "every pod decided", func() bool { return count(corev1.PodFailed)+count(corev1.PodRunning) == pods })
 	if got := count(corev1.PodFailed); got != wantRejected {
 		t.Errorf("%d pods rejected, want %d", got, wantRejected)
 	}
 	tf.clock.Step(10 * time.Second)
-	eventually(t, "the doomed pods fail", func() bool { return count(corev1.PodFailed) == wantRejected+wantFailed })
+	poll.Until(t, waitTimeout, "the doomed pods fail", func() bool { return count(corev1.PodFailed) == wantRejected+wantFailed })
 	if got := count(corev1.PodRunning); got != pods-wantRejected-wantFailed {
 		t.Errorf("%d pods running, want %d", got, pods-wantRejected-wantFailed)
 	}

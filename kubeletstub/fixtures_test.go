@@ -18,6 +18,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 // t0 is the fake clock's start; whole seconds, like API timestamps.
@@ -80,22 +81,13 @@ func newTestFleet(t *testing.T, cfg configs.KubeletStub, objects ...runtime.Obje
 	return &testFleet{Fleet: f, client: client, clock: clk}
 }
 
-// eventually polls cond until it holds or a deadline passes; the stub's loops run on real
-// goroutines even when time is fake.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitTimeout bounds every wait (poll.Until): the stub's loops run on real goroutines even
+// when time is fake.
+const waitTimeout = 10 * time.Second
 
 func (tf *testFleet) waitReady(t *testing.T) {
 	t.Helper()
-	eventually(t, "the fleet is ready", tf.Ready)
+	poll.Until(t, waitTimeout, "the fleet is ready", tf.Ready)
 }
 
 func (tf *testFleet) node(t *testing.T, name string) *corev1.Node {
@@ -144,7 +136,7 @@ func (tf *testFleet) annotate(t *testing.T, node, key string, value *string) {
 func (tf *testFleet) waitPhase(t *testing.T, name string, phase corev1.PodPhase) *corev1.Pod {
 	t.Helper()
 	var p *corev1.Pod
-	eventually(t, "pod "+name+" is "+string(phase), func() bool {
+	poll.Until(t, waitTimeout, "pod "+name+" is "+string(phase), func() bool {
 		got, err := tf.client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
 		p = got
 		return err == nil && got.Status.Phase == phase

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 func TestNextDueSpreadsNodesOverThePeriod(t *testing.T) {
@@ -82,7 +84,7 @@ func TestLeaseRenewalsAreSpreadEvenly(t *testing.T) {
 		tf.clock.Step(2500 * time.Millisecond)
 		renewed := step % 4 // node 1 at 2.5s, 2 at 5s, 3 at 7.5s, 0 at 10s
 		want[renewed] = tf.clock.Now()
-		eventually(t, fmt.Sprintf("n-%d renews at t0+%s", renewed, tf.clock.Now().Sub(t0)), func() bool {
+		poll.Until(t, waitTimeout, fmt.Sprintf("n-%d renews at t0+%s", renewed, tf.clock.Now().Sub(t0)), func() bool {
 			return tf.renewTime(t, fmt.Sprintf("n-%d", renewed)).Equal(want[renewed])
 		})
 		for i := range 4 {
@@ -118,7 +120,7 @@ func TestStatusIsWrittenOnlyWhenChangedOrDue(t *testing.T) {
 	for range 5 {
 		tf.clock.Step(10 * time.Second)
 		step := tf.clock.Now()
-		eventually(t, "both leases renewed at t0+"+step.Sub(t0).String(), func() bool {
+		poll.Until(t, waitTimeout, "both leases renewed at t0+"+step.Sub(t0).String(), func() bool {
 			// n-1's slot (5s into each period) was stepped over: it renews when it sees the clock.
 			return tf.renewTime(t, "n-0").Equal(step) && tf.renewTime(t, "n-1").Equal(step)
 		})
@@ -129,7 +131,7 @@ func TestStatusIsWrittenOnlyWhenChangedOrDue(t *testing.T) {
 
 	// A condition change is written at once, without waiting for the next beat.
 	tf.annotate(t, "n-1", AnnotationConditions, ptr("MemoryPressure=True"))
-	eventually(t, "n-1 reports MemoryPressure", func() bool {
+	poll.Until(t, waitTimeout, "n-1 reports MemoryPressure", func() bool {
 		c := findNodeCondition(tf.node(t, "n-1"), corev1.NodeMemoryPressure)
 		return c != nil && c.Status == corev1.ConditionTrue
 	})
@@ -143,7 +145,7 @@ func TestStatusIsWrittenOnlyWhenChangedOrDue(t *testing.T) {
 
 	// At the report interval, n-0 (last written at t0) writes again although nothing changed.
 	tf.clock.Step(10 * time.Second) // t0+60s
-	eventually(t, "n-0 reports after the report interval", func() bool { return tf.statusPatches()["n-0"] == 1 })
+	poll.Until(t, waitTimeout, "n-0 reports after the report interval", func() bool { return tf.statusPatches()["n-0"] == 1 })
 	if hb := findNodeCondition(tf.node(t, "n-0"), corev1.NodeReady).LastHeartbeatTime.Time; !hb.Equal(t0.Add(time.Minute)) {
 		t.Errorf("n-0 Ready heartbeat = t0+%s, want t0+1m", hb.Sub(t0))
 	}
@@ -155,14 +157,14 @@ func TestStopHeartbeatsAnnotation(t *testing.T) {
 	tf.waitReady(t)
 	tf.annotate(t, "n-0", AnnotationStopHeartbeats, ptr("true"))
 	// Wait until the stub has seen the annotation: its poke of the lease job skips it.
-	eventually(t, "the lease job is skipped", func() bool {
+	poll.Until(t, waitTimeout, "the lease job is skipped", func() bool {
 		return counterValue(t, tf.metrics.heartbeats.WithLabelValues("lease", resultSkipped)) > 0
 	})
 	skipped := func() float64 { return counterValue(t, tf.metrics.heartbeats.WithLabelValues("status", resultSkipped)) }
 	for range 10 {
 		before := skipped()
 		tf.clock.Step(10 * time.Second)
-		eventually(t, "a skipped status check", func() bool { return skipped() > before })
+		poll.Until(t, waitTimeout, "a skipped status check", func() bool { return skipped() > before })
 	}
 	if got := tf.renewTime(t, "n-0"); !got.Equal(t0) {
 		t.Errorf("lease renewed at t0+%s while heartbeats are stopped", got.Sub(t0))
@@ -172,8 +174,8 @@ func TestStopHeartbeatsAnnotation(t *testing.T) {
 	}
 
 	tf.annotate(t, "n-0", AnnotationStopHeartbeats, nil)
-	eventually(t, "the lease is renewed again", func() bool { return tf.renewTime(t, "n-0").Equal(tf.clock.Now()) })
-	eventually(t, "the status is reported again", func() bool { return tf.statusPatches()["n-0"] == 1 })
+	poll.Until(t, waitTimeout, "the lease is renewed again", func() bool { return tf.renewTime(t, "n-0").Equal(tf.clock.Now()) })
+	poll.Until(t, waitTimeout, "the status is reported again", func() bool { return tf.statusPatches()["n-0"] == 1 })
 }
 
 func counterValue(t *testing.T, c prometheus.Counter) float64 {

@@ -13,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 // statusUpdates counts pod status updates per pod.
@@ -39,30 +41,7 @@ func TestPodLifecycle(t *testing.T) {
 	b := tf.waitPhase(t, "b", corev1.PodRunning)
 	_, block, _ := net.ParseCIDR("10.128.0.0/24")
 	for _, p := range []*corev1.Pod{a, b} {
-		if p.Status.StartTime == nil || !p.Status.StartTime.Time.Equal(t0) {
-			t.Errorf("%s startTime = %v, want t0", p.Name, p.Status.StartTime)
-		}
-		if ip := net.ParseIP(p.Status.PodIP); ip == nil || !block.Contains(ip) || len(p.Status.PodIPs) != 1 {
-			t.Errorf("%s podIP = %q (%v), want one IP in %s", p.Name, p.Status.PodIP, p.Status.PodIPs, block)
-		}
-		if p.Status.HostIP != "172.16.0.1" {
-			t.Errorf("%s hostIP = %q, want the node's InternalIP", p.Name, p.Status.HostIP)
-		}
-		if len(p.Status.ContainerStatuses) != 1 {
-			t.Fatalf("%s container statuses = %+v", p.Name, p.Status.ContainerStatuses)
-		}
-		cs := p.Status.ContainerStatuses[0]
-		if cs.Name != "app" || cs.State.Running == nil || !cs.State.Running.StartedAt.Time.Equal(t0) || cs.Ready || cs.Image != "registry.example/app:1" {
-			t.Errorf("%s container status = %+v, want app running since t0, not ready", p.Name, cs)
-		}
-		if podReady(p) {
-			t.Errorf("%s is Ready before the ready delay", p.Name)
-		}
-		for _, typ := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.PodReadyToStartContainers} {
-			if c := findPodCondition(p, typ); c == nil || c.Status != corev1.ConditionTrue {
-				t.Errorf("%s condition %s = %+v, want True", p.Name, typ, c)
-			}
-		}
+		checkStartedNotReady(t, p, block)
 	}
 	if a.Status.PodIP == b.Status.PodIP {
 		t.Errorf("pods a and b share IP %s", a.Status.PodIP)
@@ -72,7 +51,7 @@ func TestPodLifecycle(t *testing.T) {
 	}
 
 	tf.clock.Step(5 * time.Second)
-	eventually(t, "a and b turn Ready", func() bool { return podReady(tf.pod(t, "a")) && podReady(tf.pod(t, "b")) })
+	poll.Until(t, waitTimeout, "a and b turn Ready", func() bool { return podReady(tf.pod(t, "a")) && podReady(tf.pod(t, "b")) })
 	a = tf.pod(t, "a")
 	if c := findPodCondition(a, corev1.PodReady); !c.LastTransitionTime.Time.Equal(t0.Add(5 * time.Second)) {
 		t.Errorf("Ready transition at t0+%s, want t0+5s", c.LastTransitionTime.Time.Sub(t0))
@@ -86,7 +65,7 @@ func TestPodLifecycle(t *testing.T) {
 	syncs := counterValue(t, tf.metrics.podSyncs)
 	tf.clock.Step(time.Minute)
 	tf.annotate(t, "n-0", AnnotationReadyDelay, ptr("1s"))
-	eventually(t, "a and b re-synced", func() bool { return counterValue(t, tf.metrics.podSyncs) >= syncs+2 })
+	poll.Until(t, waitTimeout, "a and b re-synced", func() bool { return counterValue(t, tf.metrics.podSyncs) >= syncs+2 })
 	if got := tf.statusUpdates(); got["a"] != writes["a"] || got["b"] != writes["b"] {
 		t.Errorf("steady pods rewritten: before %v, after %v", writes, got)
 	}
@@ -96,20 +75,58 @@ func TestPodLifecycle(t *testing.T) {
 	if _, err := tf.client.CoreV1().Pods("default").Update(context.Background(), a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a is deleted", func() bool {
+	poll.Until(t, waitTimeout, "a is deleted", func() bool {
 		_, err := tf.client.CoreV1().Pods("default").Get(context.Background(), "a", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
+	checkStoppedThenDeleted(t, tf, "a")
+}
+
+// checkStartedNotReady checks the status of a pod the stub started at t0 on node n-0, whose
+// ready delay has not passed.
+func checkStartedNotReady(t *testing.T, p *corev1.Pod, block *net.IPNet) {
+	t.Helper()
+	if p.Status.StartTime == nil || !p.Status.StartTime.Time.Equal(t0) {
+		t.Errorf("%s startTime = %v, want t0", p.Name, p.Status.StartTime)
+	}
+	if ip := net.ParseIP(p.Status.PodIP); ip == nil || !block.Contains(ip) || len(p.Status.PodIPs) != 1 {
+		t.Errorf("%s podIP = %q (%v), want one IP in %s", p.Name, p.Status.PodIP, p.Status.PodIPs, block)
+	}
+	if p.Status.HostIP != "172.16.0.1" {
+		t.Errorf("%s hostIP = %q, want the node's InternalIP", p.Name, p.Status.HostIP)
+	}
+	if len(p.Status.ContainerStatuses) != 1 {
+		t.Fatalf("%s container statuses = %+v", p.Name, p.Status.ContainerStatuses)
+	}
+	cs := p.Status.ContainerStatuses[0]
+	if cs.Name != "app" || cs.State.Running == nil || !cs.State.Running.StartedAt.Time.Equal(t0) || cs.Ready || cs.Image != "registry.example/app:1" {
+		t.Errorf("%s container status = %+v, want app running since t0, not ready", p.Name, cs)
+	}
+	if podReady(p) {
+		t.Errorf("%s is Ready before the ready delay", p.Name)
+	}
+	for _, typ := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.PodReadyToStartContainers} {
+		if c := findPodCondition(p, typ); c == nil || c.Status != corev1.ConditionTrue {
+			t.Errorf("%s condition %s = %+v, want True", p.Name, typ, c)
+		}
+	}
+}
+
+// checkStoppedThenDeleted checks, in the recorded actions, that the stub stopped the deleted
+// pod's containers (a Succeeded status with terminated containers) before deleting it with
+// grace period 0 and its UID as precondition.
+func checkStoppedThenDeleted(t *testing.T, tf *testFleet, name string) {
+	t.Helper()
 	var stopped *corev1.Pod
 	var deleteOpts *metav1.DeleteOptions
 	for _, act := range tf.client.Actions() {
 		switch act := act.(type) {
 		case clienttesting.UpdateAction:
-			if p, ok := act.GetObject().(*corev1.Pod); ok && p.Name == "a" && act.GetSubresource() == "status" {
+			if p, ok := act.GetObject().(*corev1.Pod); ok && p.Name == name && act.GetSubresource() == "status" {
 				stopped = p
 			}
 		case clienttesting.DeleteAction:
-			if act.GetName() == "a" {
+			if act.GetName() == name {
 				if stopped == nil {
 					t.Errorf("pod deleted before its containers were stopped")
 				}
@@ -123,7 +140,7 @@ func TestPodLifecycle(t *testing.T) {
 		t.Errorf("last status before delete = %+v, want Succeeded with terminated containers", stopped)
 	}
 	if deleteOpts == nil || deleteOpts.GracePeriodSeconds == nil || *deleteOpts.GracePeriodSeconds != 0 ||
-		deleteOpts.Preconditions == nil || *deleteOpts.Preconditions.UID != "uid-a" {
+		deleteOpts.Preconditions == nil || string(*deleteOpts.Preconditions.UID) != "uid-"+name {
 		t.Errorf("delete options = %+v, want grace 0 and the pod's UID as precondition", deleteOpts)
 	}
 }
@@ -134,7 +151,7 @@ func TestStartDelay(t *testing.T) {
 	tf := newTestFleet(t, cfg)
 	tf.waitReady(t)
 	tf.createPod(t, newPod(podSpec{name: "p", node: "n-0"}))
-	eventually(t, "p is creating", func() bool { return len(tf.pod(t, "p").Status.ContainerStatuses) == 1 })
+	poll.Until(t, waitTimeout, "p is creating", func() bool { return len(tf.pod(t, "p").Status.ContainerStatuses) == 1 })
 	p := tf.pod(t, "p")
 	if w := p.Status.ContainerStatuses[0].State.Waiting; p.Status.Phase != corev1.PodPending || w == nil || w.Reason != "ContainerCreating" || p.Status.PodIP == "" {
 		t.Errorf("status during the start delay = %+v, want Pending, ContainerCreating, with an IP", p.Status)
@@ -155,7 +172,7 @@ func TestRestartKeepsAdmittedPods(t *testing.T) {
 	tf.waitReady(t)
 	tf.createPod(t, newPod(podSpec{name: "old", node: "n-0"}))
 	tf.waitPhase(t, "old", corev1.PodRunning)
-	eventually(t, "old is Ready", func() bool { return podReady(tf.pod(t, "old")) })
+	poll.Until(t, waitTimeout, "old is Ready", func() bool { return podReady(tf.pod(t, "old")) })
 	old := tf.pod(t, "old")
 	node := tf.node(t, "n-0")
 

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 // get takes the next key off q within a deadline, or reports that none came.
@@ -49,7 +51,7 @@ func TestTimerQueueOrderAndDeduplication(t *testing.T) {
 		}
 	}
 	clk.Step(time.Minute)
-	eventually(t, "nothing else is released", func() bool { return q.Len() == 0 })
+	poll.Until(t, waitTimeout, "nothing else is released", func() bool { return q.Len() == 0 })
 	if n := len(q.index); n != 0 {
 		t.Errorf("%d keys still waiting, want none: each key waits once", n)
 	}

@@ -26,6 +26,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 var (
@@ -190,16 +191,8 @@ func startGC(t *testing.T, api *fakeAPI, factory informers.SharedInformerFactory
 	return gc
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitTimeout bounds every wait for the collector's workers and informers.
+const waitTimeout = 5 * time.Second
 
 func daemonSet(name string) *appsv1.DaemonSet {
 	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)}}
@@ -232,10 +225,10 @@ func TestBackgroundDeletesDependentsOfDeletedOwner(t *testing.T) {
 	startGC(t, api, nil)
 
 	api.deleteWith(t, dsGVR, "ds", metav1.DeletePropagationBackground)
-	waitFor(t, "dependents to be deleted", func() bool {
+	poll.Until(t, waitTimeout, "dependents to be deleted", func() bool {
 		return !api.exists(podsGVR, "a") && !api.exists(podsGVR, "b") && !api.exists(crGVR, "ds-1")
 	})
-	waitFor(t, "the shared pod to lose its reference to the deleted owner", func() bool {
+	poll.Until(t, waitTimeout, "the shared pod to lose its reference to the deleted owner", func() bool {
 		refs := api.get(t, podsGVR, "shared").GetOwnerReferences()
 		return len(refs) == 1 && refs[0].UID == other.UID
 	})
@@ -251,7 +244,7 @@ func TestDependentOfOwnerGoneBeforeStartIsDeleted(t *testing.T) {
 	gone := daemonSet("gone")
 	api := newFakeAPI(pod("orphan-to-be", gone))
 	startGC(t, api, nil)
-	waitFor(t, "the dangling dependent to be deleted", func() bool { return !api.exists(podsGVR, "orphan-to-be") })
+	poll.Until(t, waitTimeout, "the dangling dependent to be deleted", func() bool { return !api.exists(podsGVR, "orphan-to-be") })
 }
 
 func TestOwnerReplacedUnderTheSameNameIsDangling(t *testing.T) {
@@ -260,7 +253,7 @@ func TestOwnerReplacedUnderTheSameNameIsDangling(t *testing.T) {
 	replacement.UID = "uid-ds-2"
 	api := newFakeAPI(replacement, pod("a", old), pod("b", replacement))
 	startGC(t, api, nil)
-	waitFor(t, "the pod of the old owner to be deleted", func() bool { return !api.exists(podsGVR, "a") })
+	poll.Until(t, waitTimeout, "the pod of the old owner to be deleted", func() bool { return !api.exists(podsGVR, "a") })
 	if !api.exists(podsGVR, "b") {
 		t.Fatal("pod of the replacement owner was deleted")
 	}
@@ -279,7 +272,7 @@ func TestOwnerMissingFromCacheIsCheckedLive(t *testing.T) {
 		return true, watch.NewFake(), nil
 	})
 	gc := startGC(t, api, nil)
-	waitFor(t, "the pod to be checked", func() bool {
+	poll.Until(t, waitTimeout, "the pod to be checked", func() bool {
 		return gc.attemptToDelete.Len() == 0 && len(api.client.Actions()) > 0 && gotLiveGet(api.client, "ds")
 	})
 	if !api.exists(podsGVR, "a") {
@@ -303,7 +296,7 @@ func TestForegroundDeletesBlockingDependentsBeforeOwner(t *testing.T) {
 	startGC(t, api, nil)
 
 	api.deleteWith(t, dsGVR, "ds", metav1.DeletePropagationForeground)
-	waitFor(t, "dependents to be deleted", func() bool {
+	poll.Until(t, waitTimeout, "dependents to be deleted", func() bool {
 		return api.log.index("delete pods a Background") >= 0 && !api.exists(podsGVR, "b") && !api.exists(crGVR, "ds-1")
 	})
 	// Pod a is still terminating and blocks its owner.
@@ -314,7 +307,7 @@ func TestForegroundDeletesBlockingDependentsBeforeOwner(t *testing.T) {
 		t.Fatalf("owner finalizers = %v", fs)
 	}
 	api.finish(t, "a")
-	waitFor(t, "the owner to be removed", func() bool { return !api.exists(dsGVR, "ds") })
+	poll.Until(t, waitTimeout, "the owner to be removed", func() bool { return !api.exists(dsGVR, "ds") })
 	if api.log.index("removed pods a") > api.log.index("removed daemonsets ds") {
 		t.Fatalf("owner removed before its dependent: %v", api.log.snapshot())
 	}
@@ -329,7 +322,7 @@ func TestForegroundDoesNotWaitForNonBlockingDependents(t *testing.T) {
 	api.slowPods["a"] = true
 	startGC(t, api, nil)
 	api.deleteWith(t, dsGVR, "ds", metav1.DeletePropagationForeground)
-	waitFor(t, "the owner to be removed", func() bool { return !api.exists(dsGVR, "ds") })
+	poll.Until(t, waitTimeout, "the owner to be removed", func() bool { return !api.exists(dsGVR, "ds") })
 	if api.log.index("delete pods a Background") < 0 {
 		t.Fatalf("non-blocking dependent was not deleted: %v", api.log.snapshot())
 	}
@@ -338,10 +331,10 @@ func TestForegroundDoesNotWaitForNonBlockingDependents(t *testing.T) {
 func TestOrphanRemovesOwnerReferencesThenFinalizer(t *testing.T) {
 	ds, other := daemonSet("ds"), daemonSet("other")
 	api := newFakeAPI(ds, other, pod("a", ds), pod("b", ds, other), revision("ds-1", ds))
-	startGC(t, api, nil)
+	gc := startGC(t, api, nil)
 
 	api.deleteWith(t, dsGVR, "ds", metav1.DeletePropagationOrphan)
-	waitFor(t, "the owner to be removed", func() bool { return !api.exists(dsGVR, "ds") })
+	poll.Until(t, waitTimeout, "the owner to be removed", func() bool { return !api.exists(dsGVR, "ds") })
 	for _, name := range []string{"a", "b"} {
 		for _, ref := range api.get(t, podsGVR, name).GetOwnerReferences() {
 			if ref.UID == ds.UID {
@@ -358,10 +351,16 @@ func TestOrphanRemovesOwnerReferencesThenFinalizer(t *testing.T) {
 	if api.log.index("update pods a") > api.log.index("removed daemonsets ds") {
 		t.Fatalf("finalizer removed before dependents were orphaned: %v", api.log.snapshot())
 	}
-	// Orphans stay; the collector must not take them for dependents of a deleted owner.
-	time.Sleep(20 * time.Millisecond)
+	// Orphans stay: checked now that their owner is gone — whether or not the informers have
+	// caught up with the orphaning — they must not be taken for its dependents.
+	for _, d := range []struct{ resource, name string }{{"pods", "a"}, {"controllerrevisions", "ds-1"}} {
+		item := itemFor(t, gc, d.resource, d.name)
+		if err := gc.attemptToDeleteItem(context.Background(), item); err != nil {
+			t.Fatalf("checking orphaned %s %s: %v", d.resource, d.name, err)
+		}
+	}
 	if !api.exists(podsGVR, "a") || !api.exists(crGVR, "ds-1") {
-		t.Fatal("orphaned dependents were deleted")
+		t.Fatalf("orphaned dependents were deleted: %v", api.log.snapshot())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 func TestRunRejectsBadConfiguration(t *testing.T) {
@@ -68,13 +69,9 @@ func TestHealthWhileInformersCannotSync(t *testing.T) {
 	if code := status("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d", code)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for status("/readyz") != http.StatusInternalServerError {
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz is not failing while the controllers cannot sync")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "/readyz to fail while the controllers cannot sync", func() bool {
+		return status("/readyz") == http.StatusInternalServerError
+	})
 	cancel()
 	select {
 	case err := <-done:

@@ -22,6 +22,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -77,16 +78,8 @@ func nodeLease(name string, renew time.Time) *coordinationv1.Lease {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitTimeout bounds every wait for the informers to deliver a write.
+const waitTimeout = 5 * time.Second
 
 func (e *testEnv) node(t *testing.T, name string) *corev1.Node {
 	t.Helper()
@@ -101,7 +94,7 @@ func (e *testEnv) node(t *testing.T, name string) *corev1.Node {
 func (e *testEnv) syncNode(t *testing.T, name string) {
 	t.Helper()
 	want := e.node(t, name)
-	waitFor(t, "the node informer", func() bool {
+	poll.Until(t, waitTimeout, "the node informer", func() bool {
 		got, err := e.c.nodeLister.Get(name)
 		return err == nil && got.ResourceVersion == want.ResourceVersion &&
 			len(got.Spec.Taints) == len(want.Spec.Taints) && len(got.Status.Conditions) == len(want.Status.Conditions) &&
@@ -158,7 +151,7 @@ func (e *testEnv) renewLease(t *testing.T, name string) {
 	if _, err := e.client.CoordinationV1().Leases(NodeLeaseNamespace).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the lease informer", func() bool {
+	poll.Until(t, waitTimeout, "the lease informer", func() bool {
 		got, err := e.c.leaseLister.Leases(NodeLeaseNamespace).Get(name)
 		return err == nil && got.Spec.RenewTime.Time.Equal(rt.Time)
 	})
@@ -408,7 +401,7 @@ func TestEvictionCancelledWhenTaintGoes(t *testing.T) {
 	if _, err := env.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the node informer", func() bool {
+	poll.Until(t, waitTimeout, "the node informer", func() bool {
 		got, err := env.c.nodeLister.Get("n1")
 		return err == nil && len(got.Spec.Taints) == 0
 	})
@@ -421,7 +414,7 @@ func TestEvictionCancelledWhenTaintGoes(t *testing.T) {
 	if _, err := env.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the node informer", func() bool {
+	poll.Until(t, waitTimeout, "the node informer", func() bool {
 		got, err := env.c.nodeLister.Get("n1")
 		return err == nil && len(got.Spec.Taints) == 1
 	})

@@ -20,6 +20,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/poll"
 )
 
 type testEnv struct {
@@ -84,20 +85,12 @@ func newTestScheduler(t *testing.T, applyBindings bool, objs ...runtime.Object) 
 // next processes the next queued key, failing if none arrives before the deadline.
 func (e *testEnv) next(t *testing.T) {
 	t.Helper()
-	waitFor(t, "a queued pod", func() bool { return e.s.queue.Len() > 0 })
+	poll.Until(t, waitTimeout, "a queued pod", func() bool { return e.s.queue.Len() > 0 })
 	e.s.processNext(context.Background())
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// waitTimeout bounds every wait for the informers, the queue and the fake API.
+const waitTimeout = 5 * time.Second
 
 func (e *testEnv) expectBinding(t *testing.T, pod, node string) {
 	t.Helper()
@@ -106,7 +99,7 @@ func (e *testEnv) expectBinding(t *testing.T, pod, node string) {
 		if b.Name != pod || b.Target.Name != node || b.Target.Kind != "Node" {
 			t.Fatalf("binding %s → %s %s, want %s → %s", b.Name, b.Target.Kind, b.Target.Name, pod, node)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitTimeout):
 		t.Fatalf("no binding of %s", pod)
 	}
 }
@@ -118,7 +111,7 @@ func (e *testEnv) expectEvent(t *testing.T, want string) {
 		if got != want {
 			t.Fatalf("event %q, want %q", got, want)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitTimeout):
 		t.Fatalf("no event, want %q", want)
 	}
 }
@@ -201,7 +194,7 @@ func TestRetriesAfterNodeChangeWithBackoff(t *testing.T) {
 	if _, err := env.client.CoreV1().Nodes().Create(context.Background(), big, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pod to leave the unschedulable set", func() bool {
+	poll.Until(t, waitTimeout, "the pod to leave the unschedulable set", func() bool {
 		env.s.backoffMu.Lock()
 		defer env.s.backoffMu.Unlock()
 		return len(env.s.unschedulable) == 0
@@ -214,18 +207,49 @@ func TestRetriesAfterNodeChangeWithBackoff(t *testing.T) {
 	env.expectBinding(t, "p", "n2")
 }
 
-// A pod's own status update (our PodScheduled write) must not requeue it immediately.
-func TestStatusUpdateDoesNotBypassBackoff(t *testing.T) {
-	env := newTestScheduler(t, true, testNode("n1"), testPod("p", withCPU("2")))
-	env.next(t)
-	env.expectEvent(t, "Warning FailedScheduling 0/1 nodes are available: 1 Insufficient cpu.")
-	waitFor(t, "the status update to reach the informer", func() bool {
-		p, err := env.s.podLister.Pods("default").Get("p")
-		return err == nil && len(p.Status.Conditions) > 0
-	})
-	time.Sleep(10 * time.Millisecond) // let any handler run; nothing should be queued
-	if n := env.s.queue.Len(); n != 0 {
-		t.Fatalf("status update requeued the pod: queue length %d", n)
+// An update of a parked unschedulable pod retries it (after its backoff) only when it
+// changed what the filters read: our own PodScheduled write must not requeue it.
+func TestPodUpdateRetriesOnlyForFilterChanges(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*corev1.Pod)
+		retry  bool
+	}{
+		{name: "status only", mutate: func(p *corev1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+		}},
+		{name: "labels", mutate: func(p *corev1.Pod) { p.Labels = map[string]string{"tier": "web"} }, retry: true},
+		{name: "spec", mutate: func(p *corev1.Pod) {
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists})
+		}, retry: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newTestScheduler(t, true, testNode("n1"), testPod("p", withCPU("2")))
+			env.next(t)
+			env.expectEvent(t, "Warning FailedScheduling 0/1 nodes are available: 1 Insufficient cpu.")
+			old, err := env.s.podLister.Pods("default").Get("p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			updated := old.DeepCopy()
+			tt.mutate(updated)
+			env.s.updatePod(old, updated)
+
+			env.s.backoffMu.Lock()
+			_, parked := env.s.unschedulable["default/p"]
+			env.s.backoffMu.Unlock()
+			if parked == tt.retry {
+				t.Fatalf("parked = %v after the update, want %v", parked, !tt.retry)
+			}
+			if n := env.s.queue.Len(); n != 0 {
+				t.Fatalf("retried before its backoff: queue length %d", n)
+			}
+			if tt.retry {
+				env.clock.Step(time.Second)
+				poll.Until(t, waitTimeout, "the retry after the backoff", func() bool { return env.s.queue.Len() == 1 })
+			}
+		})
 	}
 }
 
@@ -260,7 +284,7 @@ func TestChangeDuringFailedAttemptRetriesThePod(t *testing.T) {
 				t.Fatalf("retried before its backoff: queue length %d", n)
 			}
 			env.clock.Step(time.Second)
-			waitFor(t, "the retry after the backoff", func() bool { return env.s.queue.Len() == 1 })
+			poll.Until(t, waitTimeout, "the retry after the backoff", func() bool { return env.s.queue.Len() == 1 })
 		}
 	}
 }
