@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/store"
 )
@@ -62,6 +63,18 @@ type cacheEvent struct {
 	rv   int64
 }
 
+// cacheSource is the part of the store a watch cache reads: a list to start from, a
+// watch to follow, and revisions to know how fresh it is. store.Store is one; unit tests
+// feed a cache from a fake.
+type cacheSource interface {
+	List(ctx context.Context, prefix string, opts store.ListOptions) (*store.ListResult, error)
+	Watch(ctx context.Context, prefix string, fromRevision int64) (<-chan store.Event, error)
+	RequestProgress(ctx context.Context) error
+	CurrentRevision(ctx context.Context) (int64, error)
+}
+
+var _ cacheSource = store.Store(nil)
+
 // cacher is the watch cache of one resource: a copy of every object, kept current by one
 // etcd watch, and a window of recent changes from which watches resume. It lets thousands
 // of watchers and most lists cost no etcd reads at all.
@@ -71,11 +84,16 @@ type cacheEvent struct {
 // (evictedRV, rv], oldest first.
 type cacher struct {
 	res         *resource
-	store       store.Store
+	store       cacheSource
 	root        string // the store-wide key prefix, e.g. /registry
 	prefix      string // the resource's key prefix
 	historySize int
-	log         *slog.Logger
+	// clock paces the cache's waits on etcd: how long a read waits for a revision, how
+	// often progress is asked for, when a lost watch is retried. These follow etcd's
+	// real time, so the server gives every cache the real clock; unit tests step a
+	// fake one.
+	clock clock.Clock
+	log   *slog.Logger
 
 	mu        sync.RWMutex
 	ready     bool
@@ -93,9 +111,10 @@ type cacher struct {
 	lastProgress time.Time
 }
 
-func newCacher(res *resource, st store.Store, root string, historySize int, log *slog.Logger) *cacher {
+func newCacher(res *resource, st cacheSource, root string, historySize int, clk clock.Clock, log *slog.Logger) *cacher {
 	return &cacher{
 		res: res, store: st, root: root, prefix: res.keyPrefix(root, ""), historySize: historySize,
+		clock:    clk,
 		log:      log.With("resource", res.name),
 		objects:  map[string]*cachedObject{},
 		history:  make([]*cacheEvent, historySize),
@@ -117,7 +136,7 @@ func (c *cacher) run(ctx context.Context) {
 		case <-ctx.Done():
 			c.terminateAll()
 			return
-		case <-time.After(time.Second):
+		case <-c.clock.After(time.Second):
 		}
 	}
 }
@@ -254,7 +273,7 @@ var errTooLargeRV = errors.New("too large resource version")
 
 // waitForRV blocks until the cache has reached rv, for at most timeout.
 func (c *cacher) waitForRV(ctx context.Context, rv int64, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
+	deadline := c.clock.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		c.mu.RLock()
@@ -265,7 +284,7 @@ func (c *cacher) waitForRV(ctx context.Context, rv int64, timeout time.Duration)
 		}
 		select {
 		case <-advanced:
-		case <-deadline.C:
+		case <-deadline.C():
 			return errTooLargeRV
 		case <-ctx.Done():
 			return ctx.Err()
@@ -297,15 +316,19 @@ func (c *cacher) waitFresh(ctx context.Context) error {
 	return errTooLargeRV
 }
 
-// requestProgress asks etcd to report watch progress, at most every 50ms per resource:
-// many concurrent consistent reads need only one report.
+// progressInterval is the least time between two progress requests of one cache: many
+// concurrent consistent reads need only one report, and etcd answers within milliseconds.
+const progressInterval = 50 * time.Millisecond
+
+// requestProgress asks etcd to report watch progress, at most every progressInterval per
+// resource.
 func (c *cacher) requestProgress(ctx context.Context) {
 	c.progressMu.Lock()
 	defer c.progressMu.Unlock()
-	if time.Since(c.lastProgress) < 50*time.Millisecond {
+	if c.clock.Since(c.lastProgress) < progressInterval {
 		return
 	}
-	c.lastProgress = time.Now()
+	c.lastProgress = c.clock.Now()
 	if err := c.store.RequestProgress(ctx); err != nil {
 		c.log.Debug("progress request failed", "err", err)
 	}

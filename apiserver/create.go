@@ -1,12 +1,9 @@
 package apiserver
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -137,49 +134,12 @@ func (s *Server) prepareForCreate(res *resource, obj runtime.Object, now metav1.
 	} else {
 		m.SetGeneration(0)
 	}
-	res.strategy.prepareForCreate(obj)
+	res.strategy.prepareForCreate(obj, now.Time)
 }
 
 // validateCreate runs object-metadata and resource validation.
 func (s *Server) validateCreate(res *resource, obj runtime.Object) field.ErrorList {
 	m, _ := meta.Accessor(obj)
-	errs := apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, nameValidator(res), field.NewPath("metadata"))
+	errs := apivalidation.ValidateObjectMetaAccessor(m, res.namespaced, res.nameValidator(), field.NewPath("metadata"))
 	return append(errs, res.strategy.validate(obj)...)
-}
-
-func nameValidator(res *resource) apivalidation.ValidateNameFunc {
-	if res.name == "namespaces" {
-		return apivalidation.NameIsDNSLabel
-	}
-	return apivalidation.NameIsDNSSubdomain
-}
-
-// checkNamespaceOpen fails with 404 when the namespace does not exist and 403 when it is
-// being deleted, as kube-apiserver's NamespaceLifecycle admission does.
-func (s *Server) checkNamespaceOpen(ctx context.Context, namespace string, res *resource, name string) error {
-	nsRes := s.reg.lookup("", "v1", "namespaces")
-	key := nsRes.key(s.cfg.EtcdPrefix, "", namespace)
-	var ns *corev1.Namespace
-	if co, ok := nsRes.cache.get(key); ok {
-		ns = co.obj.(*corev1.Namespace)
-	} else {
-		// The cache may not have seen a namespace created a moment ago.
-		obj, err := s.store.Get(ctx, key)
-		if errors.Is(err, store.ErrNotFound) {
-			return apierrors.NewNotFound(corev1.Resource("namespaces"), namespace)
-		}
-		if err != nil {
-			return err
-		}
-		ns = obj.(*corev1.Namespace)
-	}
-	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
-		err := apierrors.NewForbidden(res.groupResource(), name,
-			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
-		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
-			Type: corev1.NamespaceTerminatingCause, Message: fmt.Sprintf("namespace %s is being terminated", namespace), Field: "metadata.namespace",
-		})
-		return err
-	}
-	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -86,11 +85,7 @@ func (c *call) delete() {
 		c.fail(err)
 		return
 	}
-	if c.info.res.name == "namespaces" {
-		c.deleteNamespace(opts)
-		return
-	}
-	obj, deleted, err := c.s.deleteObject(c.r.Context(), c.info.res, c.info.namespace, c.info.name, opts, c.authorizeNodeObject)
+	obj, deleted, err := c.s.deleteOne(c.r.Context(), c.info.res, c.info.namespace, c.info.name, opts, c.authorizeNodeObject)
 	if err != nil {
 		c.fail(err)
 		return
@@ -111,11 +106,21 @@ func (c *call) respondDeleted(obj runtime.Object, deleted bool) {
 	})
 }
 
+// deleteOne deletes one object of res: with the resource's own deleteFunc if it has one,
+// otherwise with deleteObject.
+func (s *Server) deleteOne(ctx context.Context, res *resource, namespace, name string, opts *metav1.DeleteOptions,
+	authorize func(runtime.Object) error) (runtime.Object, bool, error) {
+	if res.deleteFunc != nil {
+		return res.deleteFunc(s, ctx, res, namespace, name, opts, authorize)
+	}
+	return s.deleteObject(ctx, res, namespace, name, opts, authorize)
+}
+
 // deleteObject deletes one object the way kube-apiserver does, in one compare-and-swap:
-// preconditions; then, when a grace period (bound pods) or finalizers (including the
-// garbage collector's orphan/foregroundDeletion, added per propagationPolicy) must be
-// honoured, it only sets deletionTimestamp; otherwise the key is removed. It returns the
-// last state and whether the object is gone.
+// preconditions; then, when a grace period (see gracefulDeleter) or finalizers
+// (including the garbage collector's orphan/foregroundDeletion, added per
+// propagationPolicy) must be honoured, it only sets deletionTimestamp; otherwise the key
+// is removed. It returns the last state and whether the object is gone.
 func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, name string, opts *metav1.DeleteOptions,
 	authorize func(runtime.Object) error) (runtime.Object, bool, error) {
 	key := res.key(s.cfg.EtcdPrefix, namespace, name)
@@ -219,27 +224,12 @@ func gcFinalizers(finalizers []string, opts *metav1.DeleteOptions) []string {
 }
 
 // gracePeriod is how long a deleted object lingers with deletionTimestamp set before it
-// may be removed. Only pods bound to a node and still running get one: the kubelet must
-// stop them first. Everything else goes at once.
+// may be removed: what its strategy says (gracefulDeleter), or nothing.
 func gracePeriod(res *resource, obj runtime.Object, opts *metav1.DeleteOptions) int64 {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || res.name != "pods" {
-		return 0
+	if g, ok := res.strategy.(gracefulDeleter); ok {
+		return g.gracePeriod(obj, opts)
 	}
-	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-		return 0
-	}
-	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-	if pod.Spec.TerminationGracePeriodSeconds != nil {
-		grace = *pod.Spec.TerminationGracePeriodSeconds
-	}
-	if opts.GracePeriodSeconds != nil {
-		grace = *opts.GracePeriodSeconds
-	}
-	if grace < 0 {
-		grace = 1 // a negative request still waits for the kubelet, as in kube-apiserver
-	}
-	return grace
+	return 0
 }
 
 // deleteCollection serves DELETE on a collection: every selected object is deleted with
@@ -255,7 +245,7 @@ func (c *call) deleteCollection() {
 		c.fail(err)
 		return
 	}
-	if c.info.res.name == "namespaces" {
+	if c.info.res.noDeleteCollection {
 		c.fail(methodNotSupported(c.info, "deletecollection"))
 		return
 	}
@@ -267,7 +257,7 @@ func (c *call) deleteCollection() {
 	items, _ := c.info.res.cache.list(filter)
 	var deleted []*cachedObject
 	for _, it := range items {
-		if _, _, err := c.s.deleteObject(c.r.Context(), c.info.res, it.namespace, it.name, opts, c.authorizeNodeObject); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, _, err := c.s.deleteOne(c.r.Context(), c.info.res, it.namespace, it.name, opts, c.authorizeNodeObject); err != nil && !errors.Is(err, store.ErrNotFound) {
 			c.fail(err)
 			return
 		}

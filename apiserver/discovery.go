@@ -48,7 +48,7 @@ func (s *Server) serveCoreVersions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiGroup(name string) metav1.APIGroup {
-	version, ok := s.reg.version[name]
+	version, ok := s.reg.groupVersion(name)
 	if !ok {
 		version, _ = reviewGroupVersion(name)
 	}
@@ -63,9 +63,9 @@ func (s *Server) apiGroup(name string) metav1.APIGroup {
 
 func (s *Server) serveGroups(w http.ResponseWriter, _ *http.Request) {
 	list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
-	for _, g := range s.reg.groups {
-		if g != "" {
-			list.Groups = append(list.Groups, s.apiGroup(g))
+	for _, gv := range s.reg.groupVersions() {
+		if gv.Group != "" {
+			list.Groups = append(list.Groups, s.apiGroup(gv.Group))
 		}
 	}
 	for _, g := range reviewGroups() {
@@ -76,7 +76,7 @@ func (s *Server) serveGroups(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request) {
 	group := mux.Vars(r)["group"]
-	_, served := s.reg.version[group]
+	_, served := s.reg.groupVersion(group)
 	_, reviewed := reviewGroupVersion(group)
 	if (!served && !reviewed) || group == "" {
 		writeError(w, r, notFoundPath(r), groupResourceNone, "")
@@ -86,7 +86,8 @@ func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, &g)
 }
 
-// verbsMain are the verbs of every served resource.
+// verbsMain are the verbs discovery lists for every served resource. (It lists
+// deletecollection for namespaces too, which answer it with 405, as it always has.)
 var verbsMain = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 
 func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
@@ -114,15 +115,8 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
 			StorageVersionHash: storageVersionHash(res),
 		})
 		for _, sub := range res.subresources {
-			ar := metav1.APIResource{Name: res.name + "/" + sub, Namespaced: res.namespaced, Kind: res.kind,
-				Verbs: metav1.Verbs{"get", "patch", "update"}}
-			switch sub {
-			case "binding":
-				ar.Kind, ar.Verbs = "Binding", metav1.Verbs{"create"}
-			case "log":
-				ar.Verbs = metav1.Verbs{"get"}
-			}
-			list.APIResources = append(list.APIResources, ar)
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: res.name + "/" + sub.name,
+				Namespaced: res.namespaced, Kind: res.subresourceKind(&sub), Verbs: sub.verbs})
 		}
 	}
 	sort.SliceStable(list.APIResources, func(i, j int) bool { return list.APIResources[i].Name < list.APIResources[j].Name })

@@ -10,4 +10,8 @@
 // The request path is: middleware (recovery, metrics, authentication) → requestInfo
 // (which resource, verb, namespace, name) → authorization → the verb's handler (one file
 // each) → the resource's strategy (defaulting, validation, status rules) → store.
+//
+// What differs between kinds lives in the registry (registry.go): one entry per resource
+// and its strategy. The verb handlers never compare resource names, so a new kind is one
+// registration and its strategy.
 package apiserver

@@ -58,23 +58,19 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		c.fail(err)
 		return
 	}
+	if info.sub != nil && info.sub.serve != nil {
+		info.sub.serve(c)
+		return
+	}
 	switch info.verb {
 	case "get":
-		if info.subresource == "log" {
-			c.podLog()
-		} else {
-			c.get()
-		}
+		c.get()
 	case "list":
 		c.list()
 	case "watch":
 		c.watch()
 	case "create":
-		if info.subresource == "binding" {
-			c.bind()
-		} else {
-			c.create()
-		}
+		c.create()
 	case "update":
 		c.update()
 	case "patch":

@@ -46,21 +46,7 @@ func (s *Server) openAPIDocument(group, version string) map[string]any {
 			"delete":     operation("delete", gvk, []string{"dryRun", "gracePeriodSeconds", "propagationPolicy"}),
 		}
 		for _, sub := range res.subresources {
-			switch sub {
-			case "binding":
-				paths[item+"/binding"] = map[string]any{"parameters": params,
-					"post": operation("post", map[string]string{"group": "", "version": "v1", "kind": "Binding"}, []string{"dryRun", "fieldManager", "fieldValidation"})}
-				continue
-			case "log":
-				paths[item+"/log"] = map[string]any{"parameters": params, "get": operation("get", gvk, []string{"container", "follow"})}
-				continue
-			}
-			paths[item+"/"+sub] = map[string]any{
-				"parameters": params,
-				"get":        operation("get", gvk, nil),
-				"put":        operation("put", gvk, []string{"dryRun", "fieldManager", "fieldValidation"}),
-				"patch":      patchOperation(gvk),
-			}
+			paths[item+"/"+sub.name] = subresourceOperations(res, &sub, params)
 		}
 	}
 	return map[string]any{
@@ -69,6 +55,26 @@ func (s *Server) openAPIDocument(group, version string) map[string]any {
 		"paths":      paths,
 		"components": map[string]any{"schemas": map[string]any{}},
 	}
+}
+
+// subresourceOperations describes the operations of one subresource: one per verb it
+// serves, on the kind it takes or returns.
+func subresourceOperations(res *resource, sub *subresource, params []any) map[string]any {
+	gvk := map[string]string{"group": res.group, "version": res.version, "kind": res.subresourceKind(sub)}
+	ops := map[string]any{"parameters": params}
+	for _, verb := range sub.verbs {
+		switch verb {
+		case "get":
+			ops["get"] = operation("get", gvk, sub.getParams)
+		case "create":
+			ops["post"] = operation("post", gvk, []string{"dryRun", "fieldManager", "fieldValidation"})
+		case "update":
+			ops["put"] = operation("put", gvk, []string{"dryRun", "fieldManager", "fieldValidation"})
+		case "patch":
+			ops["patch"] = patchOperation(gvk)
+		}
+	}
+	return ops
 }
 
 func pathParam(name string) map[string]any {
@@ -116,10 +122,9 @@ func (s *Server) openAPIBytes(group, version string) []byte {
 
 func (s *Server) serveOpenAPIRoot(w http.ResponseWriter, _ *http.Request) {
 	paths := map[string]any{}
-	for _, g := range s.reg.groups {
-		v := s.reg.version[g]
-		rel := strings.TrimPrefix(groupVersionPath(g, v), "/")
-		sum := sha512.Sum512(s.openAPIBytes(g, v))
+	for _, gv := range s.reg.groupVersions() {
+		rel := strings.TrimPrefix(groupVersionPath(gv.Group, gv.Version), "/")
+		sum := sha512.Sum512(s.openAPIBytes(gv.Group, gv.Version))
 		paths[rel] = map[string]string{"serverRelativeURL": "/openapi/v3/" + rel + "?hash=" + strings.ToUpper(hex.EncodeToString(sum[:]))}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"paths": paths})
@@ -127,10 +132,9 @@ func (s *Server) serveOpenAPIRoot(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) serveOpenAPIGroupVersion(w http.ResponseWriter, r *http.Request) {
 	p := mux.Vars(r)["path"]
-	for _, g := range s.reg.groups {
-		v := s.reg.version[g]
-		if strings.TrimPrefix(groupVersionPath(g, v), "/") == p {
-			writeBytes(w, http.StatusOK, s.openAPIBytes(g, v), false)
+	for _, gv := range s.reg.groupVersions() {
+		if strings.TrimPrefix(groupVersionPath(gv.Group, gv.Version), "/") == p {
+			writeBytes(w, http.StatusOK, s.openAPIBytes(gv.Group, gv.Version), false)
 			return
 		}
 	}

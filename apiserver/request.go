@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,7 @@ type requestInfo struct {
 	namespace   string
 	name        string
 	subresource string
+	sub         *subresource // the subresource named, if any
 }
 
 // namespaceSubresources are the words that, after /namespaces/<name>/, name a subresource
@@ -59,7 +61,7 @@ func (s *Server) parseRequest(r *http.Request) (*requestInfo, error) {
 	}
 	if len(parts) > 2 {
 		info.subresource = parts[2]
-		if !info.res.hasSubresource(info.subresource) {
+		if info.sub = info.res.subresource(info.subresource); info.sub == nil {
 			return nil, notFoundPath(r)
 		}
 	}
@@ -103,13 +105,7 @@ func (s *Server) parseRequest(r *http.Request) (*requestInfo, error) {
 	if (info.verb == "update" || info.verb == "patch") && info.name == "" {
 		return nil, methodNotSupported(info, info.verb)
 	}
-	if info.subresource == "binding" && info.verb != "create" {
-		return nil, methodNotSupported(info, info.verb)
-	}
-	if info.subresource == "log" && info.verb != "get" {
-		return nil, methodNotSupported(info, info.verb)
-	}
-	if info.subresource == "status" && info.verb != "get" && info.verb != "update" && info.verb != "patch" {
+	if info.sub != nil && !slices.Contains(info.sub.verbs, info.verb) {
 		return nil, methodNotSupported(info, info.verb)
 	}
 	return info, nil

@@ -1,12 +1,14 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,40 +16,103 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// strategy holds what differs between resources: defaulting, validation, which fields a
-// client may change through the main resource and through status, and how a row of
-// `kubectl get` looks. Generic object-metadata rules live in the handlers.
+// strategy holds the rules of one kind: defaulting, validation, which fields a client may
+// change through the main resource and through status, and how a row of `kubectl get`
+// looks. Generic object-metadata rules live in the handlers. now is the server clock's
+// time of the request, so that tests stepping a fake clock see it in what is stored.
+//
+// A strategy may also implement gracefulDeleter or deletionHolder to change how its
+// objects are deleted.
 type strategy interface {
 	// prepareForCreate clears what a client may not set on create (usually status) and
 	// applies defaults.
-	prepareForCreate(obj runtime.Object)
+	prepareForCreate(obj runtime.Object, now time.Time)
 	validate(obj runtime.Object) field.ErrorList
 	// prepareForUpdate copies from old what the main resource may not change (status).
-	prepareForUpdate(obj, old runtime.Object)
+	prepareForUpdate(obj, old runtime.Object, now time.Time)
 	validateUpdate(obj, old runtime.Object) field.ErrorList
 	// prepareForStatusUpdate copies from old everything but status.
-	prepareForStatusUpdate(obj, old runtime.Object)
+	prepareForStatusUpdate(obj, old runtime.Object, now time.Time)
 	validateStatusUpdate(obj, old runtime.Object) field.ErrorList
-	// selectableFields are the fields a fieldSelector may name, beyond metadata.name and
-	// metadata.namespace.
-	selectableFields(obj runtime.Object) fields.Set
 	// tableColumns and tableRow render `kubectl get`.
 	tableColumns() []metav1.TableColumnDefinition
 	tableRow(obj runtime.Object, now time.Time) []any
 }
 
-// resource describes one served resource: its names, its Go type and its rules.
+// gracefulDeleter is implemented by the strategies of kinds whose objects linger, marked
+// for deletion, until something outside the server has let go of them (a bound pod until
+// its kubelet has stopped it).
+type gracefulDeleter interface {
+	// gracePeriod is how many seconds obj stays with deletionTimestamp set before it may
+	// be removed; 0 removes it at once.
+	gracePeriod(obj runtime.Object, opts *metav1.DeleteOptions) int64
+}
+
+// deletionHolder is implemented by the strategies of kinds that keep a finalizer list of
+// their own besides metadata.finalizers (a namespace's spec.finalizers): an object marked
+// for deletion is not removed while it holds one.
+type deletionHolder interface {
+	holdsDeletion(obj runtime.Object) bool
+}
+
+// deleteFunc deletes one object of res and returns its last state and whether it is gone.
+// authorize, when not nil, must accept the stored object before anything changes.
+type deleteFunc func(s *Server, ctx context.Context, res *resource, namespace, name string,
+	opts *metav1.DeleteOptions, authorize func(runtime.Object) error) (runtime.Object, bool, error)
+
+// fieldFunc reads one selectable field of an object, as a fieldSelector compares it.
+type fieldFunc func(obj runtime.Object) string
+
+// fieldsOf declares the selectable fields of one kind, once: the keys are the names a
+// fieldSelector may use (besides metadata.name and metadata.namespace, which every kind
+// has), the values read them from an object of type T.
+func fieldsOf[T runtime.Object](getters map[string]func(T) string) map[string]fieldFunc {
+	out := make(map[string]fieldFunc, len(getters))
+	for name, get := range getters {
+		out[name] = func(obj runtime.Object) string { return get(obj.(T)) }
+	}
+	return out
+}
+
+// subresource is one path below an object: /<resource>/<name>/<subresource>.
+type subresource struct {
+	name string
+	// verbs are the verbs it serves, sorted as discovery lists them.
+	verbs metav1.Verbs
+	// kind is what it takes or returns when that is not the resource's kind (Binding).
+	kind string
+	// serve handles every request to it. nil means the verb handlers serve it as a view
+	// of the object, with the strategy's status rules (status).
+	serve func(c *call)
+	// getParams are the query parameters of its GET, for OpenAPI.
+	getParams []string
+}
+
+// statusSubresource is the status of an object, written apart from its spec.
+var statusSubresource = subresource{name: "status", verbs: metav1.Verbs{"get", "patch", "update"}}
+
+// resource describes one served resource: its names, its Go type and its rules. Entries
+// are immutable once registered.
 type resource struct {
 	group, version, name string
 	kind, singular       string
 	shortNames           []string
 	categories           []string
 	namespaced           bool
-	// subresources served besides the main resource: "status", "binding", "log".
-	subresources []string
-	newFunc      func() runtime.Object
-	newListFunc  func() runtime.Object
-	strategy     strategy
+	subresources         []subresource
+	newFunc              func() runtime.Object
+	newListFunc          func() runtime.Object
+	strategy             strategy
+	// fields are the selectable fields beyond metadata.name and metadata.namespace, made
+	// with fieldsOf; nil when there are none.
+	fields map[string]fieldFunc
+	// validateName checks metadata.name; nil means a DNS subdomain, as for most kinds.
+	validateName apivalidation.ValidateNameFunc
+	// deleteFunc replaces the generic deletion ((*Server).deleteObject) for kinds whose
+	// objects go through a lifecycle of their own (namespaces).
+	deleteFunc deleteFunc
+	// noDeleteCollection answers DELETE on the collection with 405 (namespaces).
+	noDeleteCollection bool
 	// tracksGeneration: metadata.generation starts at 1 and grows with spec changes.
 	tracksGeneration bool
 	// allowCreateOnUpdate lets PUT create a missing object (leases and events).
@@ -58,10 +123,13 @@ type resource struct {
 	ttl time.Duration
 	// nodeNameOf names the node an object belongs to, for node authorization.
 	nodeNameOf func(obj runtime.Object) string
-	// fieldNames lists the selectable fields beyond metadata.name/namespace.
-	fieldNames []string
 
+	// cache is the resource's watch cache, set before the resource is served.
 	cache *cacher
+}
+
+func (r *resource) gvr() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: r.group, Version: r.version, Resource: r.name}
 }
 
 func (r *resource) gvk() schema.GroupVersionKind {
@@ -97,20 +165,37 @@ func (r *resource) keyPrefix(prefix, namespace string) string {
 // lays out its keys. No two served resources share a name.
 func (r *resource) storageName() string { return r.name }
 
-func (r *resource) hasSubresource(name string) bool {
-	for _, s := range r.subresources {
-		if s == name {
-			return true
+// subresource returns the subresource called name, or nil.
+func (r *resource) subresource(name string) *subresource {
+	for i := range r.subresources {
+		if r.subresources[i].name == name {
+			return &r.subresources[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// subresourceKind is the kind sub takes or returns.
+func (r *resource) subresourceKind(sub *subresource) string {
+	if sub.kind != "" {
+		return sub.kind
+	}
+	return r.kind
+}
+
+// nameValidator is the rule for metadata.name.
+func (r *resource) nameValidator() apivalidation.ValidateNameFunc {
+	if r.validateName != nil {
+		return r.validateName
+	}
+	return apivalidation.NameIsDNSSubdomain
 }
 
 // objectFields returns every selectable field of obj.
 func (r *resource) objectFields(obj runtime.Object, name, namespace string) fields.Set {
-	set := r.strategy.selectableFields(obj)
-	if set == nil {
-		set = fields.Set{}
+	set := make(fields.Set, len(r.fields)+2)
+	for f, get := range r.fields {
+		set[f] = get(obj)
 	}
 	set["metadata.name"] = name
 	if r.namespaced {
@@ -124,109 +209,67 @@ func (r *resource) supportsField(f string) bool {
 	if f == "metadata.name" || (r.namespaced && f == "metadata.namespace") {
 		return true
 	}
-	for _, n := range r.fieldNames {
-		if n == f {
-			return true
-		}
-	}
-	return false
+	_, ok := r.fields[f]
+	return ok
 }
 
-// registry is every resource the server knows, by group/version and by name.
-type registry struct {
-	all     []*resource
-	byGVR   map[string]*resource // "group/version/resource"
-	groups  []string             // API groups in discovery order ("" is core)
-	version map[string]string    // group → its one served version
-}
-
-func newRegistry(eventTTL time.Duration) *registry {
-	reg := &registry{byGVR: map[string]*resource{}, version: map[string]string{}}
-	reg.add(&resource{
-		version: "v1", name: "namespaces", kind: "Namespace", singular: "namespace",
-		shortNames: []string{"ns"}, subresources: []string{"status"},
-		newFunc: func() runtime.Object { return &corev1.Namespace{} }, newListFunc: func() runtime.Object { return &corev1.NamespaceList{} },
-		strategy: namespaceStrategy{}, fieldNames: []string{"status.phase"},
-	})
-	reg.add(&resource{
-		version: "v1", name: "nodes", kind: "Node", singular: "node",
-		shortNames: []string{"no"}, subresources: []string{"status"},
-		newFunc: func() runtime.Object { return &corev1.Node{} }, newListFunc: func() runtime.Object { return &corev1.NodeList{} },
-		strategy: nodeStrategy{}, fieldNames: []string{"spec.unschedulable"},
-		nodeNameOf: func(obj runtime.Object) string { return obj.(*corev1.Node).Name },
-	})
-	reg.add(&resource{
-		version: "v1", name: "pods", kind: "Pod", singular: "pod", namespaced: true,
-		shortNames: []string{"po"}, categories: []string{"all"}, subresources: []string{"status", "binding", "log"},
-		newFunc: func() runtime.Object { return &corev1.Pod{} }, newListFunc: func() runtime.Object { return &corev1.PodList{} },
-		strategy: podStrategy{}, returnDeletedObject: true, tracksGeneration: true,
-		fieldNames: []string{"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-			"spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"},
-		nodeNameOf: func(obj runtime.Object) string { return obj.(*corev1.Pod).Spec.NodeName },
-	})
-	reg.add(&resource{
-		version: "v1", name: "events", kind: "Event", singular: "event", namespaced: true,
-		shortNames: []string{"ev"},
-		newFunc:    func() runtime.Object { return &corev1.Event{} }, newListFunc: func() runtime.Object { return &corev1.EventList{} },
-		strategy: eventStrategy{}, ttl: eventTTL, allowCreateOnUpdate: true,
-		fieldNames: []string{"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-			"involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-			"reason", "reportingComponent", "source", "type"},
-	})
-	reg.add(&resource{
-		group: "apps", version: "v1", name: "daemonsets", kind: "DaemonSet", singular: "daemonset", namespaced: true,
-		shortNames: []string{"ds"}, categories: []string{"all"}, subresources: []string{"status"},
-		newFunc: func() runtime.Object { return &appsv1.DaemonSet{} }, newListFunc: func() runtime.Object { return &appsv1.DaemonSetList{} },
-		strategy: daemonSetStrategy{}, tracksGeneration: true,
-	})
-	reg.add(&resource{
-		group: "apps", version: "v1", name: "controllerrevisions", kind: "ControllerRevision", singular: "controllerrevision", namespaced: true,
-		newFunc: func() runtime.Object { return &appsv1.ControllerRevision{} }, newListFunc: func() runtime.Object { return &appsv1.ControllerRevisionList{} },
-		strategy: controllerRevisionStrategy{},
-	})
-	reg.add(&resource{
-		group: "coordination.k8s.io", version: "v1", name: "leases", kind: "Lease", singular: "lease", namespaced: true,
-		newFunc: func() runtime.Object { return &coordinationv1.Lease{} }, newListFunc: func() runtime.Object { return &coordinationv1.LeaseList{} },
-		strategy: leaseStrategy{}, allowCreateOnUpdate: true,
-		nodeNameOf: func(obj runtime.Object) string {
-			l := obj.(*coordinationv1.Lease)
-			if l.Namespace != "kube-node-lease" {
-				return ""
-			}
-			return l.Name
+// builtinResources are the kinds every miniplane serves, in discovery order.
+func builtinResources(eventTTL time.Duration) []*resource {
+	return []*resource{
+		{
+			version: "v1", name: "namespaces", kind: "Namespace", singular: "namespace",
+			shortNames: []string{"ns"}, subresources: []subresource{statusSubresource},
+			newFunc: func() runtime.Object { return &corev1.Namespace{} }, newListFunc: func() runtime.Object { return &corev1.NamespaceList{} },
+			strategy: namespaceStrategy{}, fields: namespaceFields,
+			validateName: apivalidation.NameIsDNSLabel, deleteFunc: (*Server).deleteNamespace, noDeleteCollection: true,
 		},
-	})
-	return reg
-}
-
-func (reg *registry) add(r *resource) {
-	reg.all = append(reg.all, r)
-	reg.byGVR[r.group+"/"+r.version+"/"+r.name] = r
-	if _, ok := reg.version[r.group]; !ok {
-		reg.groups = append(reg.groups, r.group)
-		reg.version[r.group] = r.version
+		{
+			version: "v1", name: "nodes", kind: "Node", singular: "node",
+			shortNames: []string{"no"}, subresources: []subresource{statusSubresource},
+			newFunc: func() runtime.Object { return &corev1.Node{} }, newListFunc: func() runtime.Object { return &corev1.NodeList{} },
+			strategy: nodeStrategy{}, fields: nodeFields,
+			nodeNameOf: func(obj runtime.Object) string { return obj.(*corev1.Node).Name },
+		},
+		{
+			version: "v1", name: "pods", kind: "Pod", singular: "pod", namespaced: true,
+			shortNames: []string{"po"}, categories: []string{"all"},
+			subresources: []subresource{
+				statusSubresource,
+				{name: "binding", kind: "Binding", verbs: metav1.Verbs{"create"}, serve: (*call).bind},
+				{name: "log", verbs: metav1.Verbs{"get"}, serve: (*call).podLog, getParams: []string{"container", "follow"}},
+			},
+			newFunc: func() runtime.Object { return &corev1.Pod{} }, newListFunc: func() runtime.Object { return &corev1.PodList{} },
+			strategy: podStrategy{}, fields: podFields, returnDeletedObject: true, tracksGeneration: true,
+			nodeNameOf: func(obj runtime.Object) string { return obj.(*corev1.Pod).Spec.NodeName },
+		},
+		{
+			version: "v1", name: "events", kind: "Event", singular: "event", namespaced: true,
+			shortNames: []string{"ev"},
+			newFunc:    func() runtime.Object { return &corev1.Event{} }, newListFunc: func() runtime.Object { return &corev1.EventList{} },
+			strategy: eventStrategy{}, fields: eventFields, ttl: eventTTL, allowCreateOnUpdate: true,
+		},
+		{
+			group: "apps", version: "v1", name: "daemonsets", kind: "DaemonSet", singular: "daemonset", namespaced: true,
+			shortNames: []string{"ds"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			newFunc: func() runtime.Object { return &appsv1.DaemonSet{} }, newListFunc: func() runtime.Object { return &appsv1.DaemonSetList{} },
+			strategy: daemonSetStrategy{}, tracksGeneration: true,
+		},
+		{
+			group: "apps", version: "v1", name: "controllerrevisions", kind: "ControllerRevision", singular: "controllerrevision", namespaced: true,
+			newFunc: func() runtime.Object { return &appsv1.ControllerRevision{} }, newListFunc: func() runtime.Object { return &appsv1.ControllerRevisionList{} },
+			strategy: controllerRevisionStrategy{},
+		},
+		{
+			group: "coordination.k8s.io", version: "v1", name: "leases", kind: "Lease", singular: "lease", namespaced: true,
+			newFunc: func() runtime.Object { return &coordinationv1.Lease{} }, newListFunc: func() runtime.Object { return &coordinationv1.LeaseList{} },
+			strategy: leaseStrategy{}, allowCreateOnUpdate: true,
+			nodeNameOf: func(obj runtime.Object) string {
+				l := obj.(*coordinationv1.Lease)
+				if l.Namespace != corev1.NamespaceNodeLease {
+					return ""
+				}
+				return l.Name
+			},
+		},
 	}
-}
-
-func (reg *registry) lookup(group, version, name string) *resource {
-	return reg.byGVR[group+"/"+version+"/"+name]
-}
-
-// inGroupVersion returns the resources of one group/version in registration order.
-func (reg *registry) inGroupVersion(group, version string) []*resource {
-	var out []*resource
-	for _, r := range reg.all {
-		if r.group == group && r.version == version {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// groupVersionPath is the URL prefix of a group/version: /api/v1 or /apis/<g>/<v>.
-func groupVersionPath(group, version string) string {
-	if group == "" {
-		return "/api/" + version
-	}
-	return "/apis/" + group + "/" + version
 }

@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
@@ -25,15 +23,13 @@ import (
 	"github.com/miniplane/miniplane/store"
 )
 
-// bootstrapNamespaces exist from the start, as in every Kubernetes cluster, and cannot be
-// deleted.
-var bootstrapNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease}
-
 // Options are what New needs besides configuration.
 type Options struct {
 	Config configs.APIServer
 	Store  store.Store
-	// Clock stamps creation and deletion times; nil means the real clock.
+	// Clock is the server's time: creation and deletion timestamps, what strategies stamp
+	// (a pod's PodScheduled condition), `kubectl get` ages and how long an empty
+	// Terminating namespace waits. nil means the real clock.
 	Clock  clock.Clock
 	Logger *slog.Logger
 }
@@ -78,19 +74,26 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	reg, err := newBuiltinRegistry(opts.Config.EventTTL)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:   opts.Config,
 		store: opts.Store,
 		clock: opts.Clock,
 		log:   opts.Logger.With("component", "apiserver"),
-		reg:   newRegistry(opts.Config.EventTTL),
+		reg:   reg,
 		authn: authn,
 		authz: &auth.Authorizer{AdminGroups: opts.Config.AdminGroups, ReadOnlyGroups: opts.Config.ReadOnlyGroups},
 		done:  make(chan struct{}),
 		errs:  make(chan error, 4),
 	}
-	for _, r := range s.reg.all {
-		r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, s.log)
+	for _, r := range s.reg.resources() {
+		// The watch cache paces its waits on etcd in real time even when the server's
+		// clock is a test's fake one: a fake clock that is not stepped must not stall
+		// consistent reads (see cacher.clock).
+		r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
 	}
 	s.metrics = newMetrics(s.reg)
 	s.nsFinal = newNamespaceFinalizer(s)
@@ -135,10 +138,11 @@ func (s *Server) routes() http.Handler {
 // HTTPS (and the opt-in plain-HTTP listener). It returns once requests can be served;
 // the server stops when ctx ends, and Wait reports how.
 func (s *Server) Start(ctx context.Context) error {
-	for _, r := range s.reg.all {
+	resources := s.reg.resources()
+	for _, r := range resources {
 		go r.cache.run(ctx)
 	}
-	for _, r := range s.reg.all {
+	for _, r := range resources {
 		if err := r.cache.waitForRV(ctx, 1, time.Minute); err != nil {
 			return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
 		}
@@ -287,23 +291,6 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 		MinVersion:   tls.VersionTLS12,
 		NextProtos:   []string{"h2", "http/1.1"},
 	}, nil
-}
-
-// bootstrap creates the namespaces every cluster has.
-func (s *Server) bootstrap(ctx context.Context) error {
-	nsRes := s.reg.lookup("", "v1", "namespaces")
-	for _, name := range bootstrapNamespaces {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name: name, UID: uuid.NewUUID(), CreationTimestamp: metav1.NewTime(s.clock.Now()),
-			Labels: map[string]string{corev1.LabelMetadataName: name},
-		}}
-		nsRes.strategy.prepareForCreate(ns)
-		_, err := s.store.Create(ctx, nsRes.key(s.cfg.EtcdPrefix, "", name), ns, 0)
-		if err != nil && !errors.Is(err, store.ErrAlreadyExists) {
-			return fmt.Errorf("bootstrap namespace %s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {

@@ -13,7 +13,6 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -54,7 +53,7 @@ func defaultDaemonSet(ds *appsv1.DaemonSet) {
 	defaultPodSpec(&ds.Spec.Template.Spec)
 }
 
-func (daemonSetStrategy) prepareForCreate(obj runtime.Object) {
+func (daemonSetStrategy) prepareForCreate(obj runtime.Object, _ time.Time) {
 	ds := obj.(*appsv1.DaemonSet)
 	defaultDaemonSet(ds)
 	ds.Status = appsv1.DaemonSetStatus{}
@@ -70,7 +69,7 @@ func (daemonSetStrategy) validate(obj runtime.Object) field.ErrorList {
 	return validateDaemonSetSpec(obj.(*appsv1.DaemonSet), field.NewPath("spec"))
 }
 
-func (daemonSetStrategy) prepareForUpdate(obj, old runtime.Object) {
+func (daemonSetStrategy) prepareForUpdate(obj, old runtime.Object, _ time.Time) {
 	ds, oldDS := obj.(*appsv1.DaemonSet), old.(*appsv1.DaemonSet)
 	defaultDaemonSet(ds)
 	ds.Status = oldDS.Status
@@ -98,7 +97,7 @@ func (daemonSetStrategy) validateUpdate(obj, old runtime.Object) field.ErrorList
 	return errs
 }
 
-func (daemonSetStrategy) prepareForStatusUpdate(obj, old runtime.Object) {
+func (daemonSetStrategy) prepareForStatusUpdate(obj, old runtime.Object, _ time.Time) {
 	obj.(*appsv1.DaemonSet).Spec = old.(*appsv1.DaemonSet).Spec
 }
 
@@ -235,8 +234,6 @@ func sortErrors(errs field.ErrorList) field.ErrorList {
 	return errs
 }
 
-func (daemonSetStrategy) selectableFields(runtime.Object) fields.Set { return nil }
-
 func (daemonSetStrategy) tableColumns() []metav1.TableColumnDefinition {
 	return []metav1.TableColumnDefinition{
 		nameColumn(),
@@ -272,7 +269,7 @@ func (daemonSetStrategy) tableRow(obj runtime.Object, now time.Time) []any {
 // controllerRevisionStrategy: data is required and immutable.
 type controllerRevisionStrategy struct{ noStatus }
 
-func (controllerRevisionStrategy) prepareForCreate(runtime.Object) {}
+func (controllerRevisionStrategy) prepareForCreate(runtime.Object, time.Time) {}
 
 func (controllerRevisionStrategy) validate(obj runtime.Object) field.ErrorList {
 	cr := obj.(*appsv1.ControllerRevision)
@@ -284,7 +281,7 @@ func (controllerRevisionStrategy) validate(obj runtime.Object) field.ErrorList {
 	return errs
 }
 
-func (controllerRevisionStrategy) prepareForUpdate(runtime.Object, runtime.Object) {}
+func (controllerRevisionStrategy) prepareForUpdate(runtime.Object, runtime.Object, time.Time) {}
 
 func (s controllerRevisionStrategy) validateUpdate(obj, old runtime.Object) field.ErrorList {
 	errs := s.validate(obj)
@@ -293,8 +290,6 @@ func (s controllerRevisionStrategy) validateUpdate(obj, old runtime.Object) fiel
 	}
 	return errs
 }
-
-func (controllerRevisionStrategy) selectableFields(runtime.Object) fields.Set { return nil }
 
 func (controllerRevisionStrategy) tableColumns() []metav1.TableColumnDefinition {
 	return []metav1.TableColumnDefinition{
@@ -326,5 +321,5 @@ func runtimeGroup(apiVersion string) (string, bool) {
 // noStatus is embedded by strategies of resources without a status subresource.
 type noStatus struct{}
 
-func (noStatus) prepareForStatusUpdate(runtime.Object, runtime.Object)               {}
+func (noStatus) prepareForStatusUpdate(runtime.Object, runtime.Object, time.Time)    {}
 func (noStatus) validateStatusUpdate(runtime.Object, runtime.Object) field.ErrorList { return nil }

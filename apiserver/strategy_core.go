@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -20,7 +19,7 @@ import (
 // spec.finalizers belong to the server.
 type namespaceStrategy struct{}
 
-func (namespaceStrategy) prepareForCreate(obj runtime.Object) {
+func (namespaceStrategy) prepareForCreate(obj runtime.Object, _ time.Time) {
 	ns := obj.(*corev1.Namespace)
 	ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
 	ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
@@ -32,7 +31,7 @@ func (namespaceStrategy) prepareForCreate(obj runtime.Object) {
 
 func (namespaceStrategy) validate(runtime.Object) field.ErrorList { return nil }
 
-func (namespaceStrategy) prepareForUpdate(obj, old runtime.Object) {
+func (namespaceStrategy) prepareForUpdate(obj, old runtime.Object, _ time.Time) {
 	ns, oldNS := obj.(*corev1.Namespace), old.(*corev1.Namespace)
 	ns.Spec.Finalizers = oldNS.Spec.Finalizers
 	ns.Status = oldNS.Status
@@ -44,7 +43,7 @@ func (namespaceStrategy) prepareForUpdate(obj, old runtime.Object) {
 
 func (namespaceStrategy) validateUpdate(runtime.Object, runtime.Object) field.ErrorList { return nil }
 
-func (namespaceStrategy) prepareForStatusUpdate(obj, old runtime.Object) {
+func (namespaceStrategy) prepareForStatusUpdate(obj, old runtime.Object, _ time.Time) {
 	obj.(*corev1.Namespace).Spec = old.(*corev1.Namespace).Spec
 }
 
@@ -52,9 +51,16 @@ func (namespaceStrategy) validateStatusUpdate(runtime.Object, runtime.Object) fi
 	return nil
 }
 
-func (namespaceStrategy) selectableFields(obj runtime.Object) fields.Set {
-	return fields.Set{"status.phase": string(obj.(*corev1.Namespace).Status.Phase)}
+// holdsDeletion keeps a namespace marked for deletion until the namespace finalizer has
+// emptied it and cleared spec.finalizers.
+func (namespaceStrategy) holdsDeletion(obj runtime.Object) bool {
+	return len(obj.(*corev1.Namespace).Spec.Finalizers) > 0
 }
+
+// namespaceFields are the selectable fields of namespaces.
+var namespaceFields = fieldsOf(map[string]func(*corev1.Namespace) string{
+	"status.phase": func(ns *corev1.Namespace) string { return string(ns.Status.Phase) },
+})
 
 func (namespaceStrategy) tableColumns() []metav1.TableColumnDefinition {
 	return []metav1.TableColumnDefinition{nameColumn(),
@@ -70,7 +76,7 @@ func (namespaceStrategy) tableRow(obj runtime.Object, now time.Time) []any {
 // afterwards the main resource keeps status and the status subresource keeps spec.
 type nodeStrategy struct{}
 
-func (nodeStrategy) prepareForCreate(obj runtime.Object) {
+func (nodeStrategy) prepareForCreate(obj runtime.Object, _ time.Time) {
 	obj.(*corev1.Node).Spec.ConfigSource = nil //nolint:staticcheck // cleared as kube-apiserver does
 }
 
@@ -118,7 +124,7 @@ func validateNodeSpec(node *corev1.Node) field.ErrorList {
 	return errs
 }
 
-func (nodeStrategy) prepareForUpdate(obj, old runtime.Object) {
+func (nodeStrategy) prepareForUpdate(obj, old runtime.Object, _ time.Time) {
 	obj.(*corev1.Node).Status = old.(*corev1.Node).Status
 }
 
@@ -126,7 +132,7 @@ func (nodeStrategy) validateUpdate(obj, _ runtime.Object) field.ErrorList {
 	return validateNodeSpec(obj.(*corev1.Node))
 }
 
-func (nodeStrategy) prepareForStatusUpdate(obj, old runtime.Object) {
+func (nodeStrategy) prepareForStatusUpdate(obj, old runtime.Object, _ time.Time) {
 	obj.(*corev1.Node).Spec = old.(*corev1.Node).Spec
 }
 
@@ -134,9 +140,10 @@ func (nodeStrategy) validateStatusUpdate(obj, _ runtime.Object) field.ErrorList 
 	return validateNodeSpec(obj.(*corev1.Node))
 }
 
-func (nodeStrategy) selectableFields(obj runtime.Object) fields.Set {
-	return fields.Set{"spec.unschedulable": fmt.Sprint(obj.(*corev1.Node).Spec.Unschedulable)}
-}
+// nodeFields are the selectable fields of nodes.
+var nodeFields = fieldsOf(map[string]func(*corev1.Node) string{
+	"spec.unschedulable": func(n *corev1.Node) string { return fmt.Sprint(n.Spec.Unschedulable) },
+})
 
 func (nodeStrategy) tableColumns() []metav1.TableColumnDefinition {
 	return []metav1.TableColumnDefinition{
@@ -200,7 +207,7 @@ func orUnknown(s string) string {
 // eventStrategy: events are written by controllers and expire after the event TTL.
 type eventStrategy struct{ noStatus }
 
-func (eventStrategy) prepareForCreate(runtime.Object) {}
+func (eventStrategy) prepareForCreate(runtime.Object, time.Time) {}
 
 func (eventStrategy) validate(obj runtime.Object) field.ErrorList {
 	ev := obj.(*corev1.Event)
@@ -214,30 +221,30 @@ func (eventStrategy) validate(obj runtime.Object) field.ErrorList {
 	return errs
 }
 
-func (eventStrategy) prepareForUpdate(runtime.Object, runtime.Object) {}
+func (eventStrategy) prepareForUpdate(runtime.Object, runtime.Object, time.Time) {}
 
 func (s eventStrategy) validateUpdate(obj, _ runtime.Object) field.ErrorList { return s.validate(obj) }
 
-func (eventStrategy) selectableFields(obj runtime.Object) fields.Set {
-	ev := obj.(*corev1.Event)
-	source := ev.Source.Component
-	if source == "" {
-		source = ev.ReportingController
-	}
-	return fields.Set{
-		"involvedObject.kind":            ev.InvolvedObject.Kind,
-		"involvedObject.namespace":       ev.InvolvedObject.Namespace,
-		"involvedObject.name":            ev.InvolvedObject.Name,
-		"involvedObject.uid":             string(ev.InvolvedObject.UID),
-		"involvedObject.apiVersion":      ev.InvolvedObject.APIVersion,
-		"involvedObject.resourceVersion": ev.InvolvedObject.ResourceVersion,
-		"involvedObject.fieldPath":       ev.InvolvedObject.FieldPath,
-		"reason":                         ev.Reason,
-		"reportingComponent":             ev.ReportingController,
-		"source":                         source,
-		"type":                           ev.Type,
-	}
-}
+// eventFields are the selectable fields of events, as kube-apiserver offers them.
+var eventFields = fieldsOf(map[string]func(*corev1.Event) string{
+	"involvedObject.kind":            func(ev *corev1.Event) string { return ev.InvolvedObject.Kind },
+	"involvedObject.namespace":       func(ev *corev1.Event) string { return ev.InvolvedObject.Namespace },
+	"involvedObject.name":            func(ev *corev1.Event) string { return ev.InvolvedObject.Name },
+	"involvedObject.uid":             func(ev *corev1.Event) string { return string(ev.InvolvedObject.UID) },
+	"involvedObject.apiVersion":      func(ev *corev1.Event) string { return ev.InvolvedObject.APIVersion },
+	"involvedObject.resourceVersion": func(ev *corev1.Event) string { return ev.InvolvedObject.ResourceVersion },
+	"involvedObject.fieldPath":       func(ev *corev1.Event) string { return ev.InvolvedObject.FieldPath },
+	"reason":                         func(ev *corev1.Event) string { return ev.Reason },
+	"reportingComponent":             func(ev *corev1.Event) string { return ev.ReportingController },
+	"source": func(ev *corev1.Event) string {
+		// Events written through events.k8s.io name their reporter instead of a source.
+		if ev.Source.Component == "" {
+			return ev.ReportingController
+		}
+		return ev.Source.Component
+	},
+	"type": func(ev *corev1.Event) string { return ev.Type },
+})
 
 func (eventStrategy) tableColumns() []metav1.TableColumnDefinition {
 	return []metav1.TableColumnDefinition{
@@ -283,7 +290,7 @@ func (eventStrategy) tableRow(obj runtime.Object, now time.Time) []any {
 // leaseStrategy: leases are plain objects (node heartbeats and leader election).
 type leaseStrategy struct{ noStatus }
 
-func (leaseStrategy) prepareForCreate(runtime.Object) {}
+func (leaseStrategy) prepareForCreate(runtime.Object, time.Time) {}
 
 func (leaseStrategy) validate(obj runtime.Object) field.ErrorList {
 	l := obj.(*coordinationv1.Lease)
@@ -297,11 +304,9 @@ func (leaseStrategy) validate(obj runtime.Object) field.ErrorList {
 	return errs
 }
 
-func (leaseStrategy) prepareForUpdate(runtime.Object, runtime.Object) {}
+func (leaseStrategy) prepareForUpdate(runtime.Object, runtime.Object, time.Time) {}
 
 func (s leaseStrategy) validateUpdate(obj, _ runtime.Object) field.ErrorList { return s.validate(obj) }
-
-func (leaseStrategy) selectableFields(runtime.Object) fields.Set { return nil }
 
 func (leaseStrategy) tableColumns() []metav1.TableColumnDefinition {
 	return []metav1.TableColumnDefinition{nameColumn(),

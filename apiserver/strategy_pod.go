@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -359,7 +358,7 @@ func validateNodeSelectorRequirement(req corev1.NodeSelectorRequirement, path *f
 // immutable but for the fields Kubernetes lets an update change.
 type podStrategy struct{}
 
-func (podStrategy) prepareForCreate(obj runtime.Object) {
+func (podStrategy) prepareForCreate(obj runtime.Object, now time.Time) {
 	pod := obj.(*corev1.Pod)
 	defaultPodSpec(&pod.Spec)
 	addDefaultTolerations(&pod.Spec)
@@ -367,7 +366,7 @@ func (podStrategy) prepareForCreate(obj runtime.Object) {
 	if pod.Spec.NodeName != "" {
 		// A pod created bound skips the scheduler, which would have recorded this.
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue,
-			LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second))}}
+			LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}}
 	}
 }
 
@@ -375,7 +374,7 @@ func (podStrategy) validate(obj runtime.Object) field.ErrorList {
 	return validatePodSpec(&obj.(*corev1.Pod).Spec, field.NewPath("spec"))
 }
 
-func (podStrategy) prepareForUpdate(obj, old runtime.Object) {
+func (podStrategy) prepareForUpdate(obj, old runtime.Object, _ time.Time) {
 	pod := obj.(*corev1.Pod)
 	defaultPodSpec(&pod.Spec)
 	pod.Status = old.(*corev1.Pod).Status
@@ -409,7 +408,7 @@ func (podStrategy) validateUpdate(obj, old runtime.Object) field.ErrorList {
 	return errs
 }
 
-func (podStrategy) prepareForStatusUpdate(obj, old runtime.Object) {
+func (podStrategy) prepareForStatusUpdate(obj, old runtime.Object, _ time.Time) {
 	obj.(*corev1.Pod).Spec = old.(*corev1.Pod).Spec
 }
 
@@ -429,19 +428,37 @@ func (podStrategy) validateStatusUpdate(obj, old runtime.Object) field.ErrorList
 	return errs
 }
 
-func (podStrategy) selectableFields(obj runtime.Object) fields.Set {
+// gracePeriod: a pod bound to a node and still running lingers until its kubelet has
+// stopped it; an unbound or finished pod goes at once.
+func (podStrategy) gracePeriod(obj runtime.Object, opts *metav1.DeleteOptions) int64 {
 	pod := obj.(*corev1.Pod)
-	return fields.Set{
-		"spec.nodeName":            pod.Spec.NodeName,
-		"spec.restartPolicy":       string(pod.Spec.RestartPolicy),
-		"spec.schedulerName":       pod.Spec.SchedulerName,
-		"spec.serviceAccountName":  pod.Spec.ServiceAccountName,
-		"spec.hostNetwork":         fmt.Sprint(pod.Spec.HostNetwork),
-		"status.phase":             string(pod.Status.Phase),
-		"status.podIP":             pod.Status.PodIP,
-		"status.nominatedNodeName": pod.Status.NominatedNodeName,
+	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return 0
 	}
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if opts.GracePeriodSeconds != nil {
+		grace = *opts.GracePeriodSeconds
+	}
+	if grace < 0 {
+		grace = 1 // a negative request still waits for the kubelet, as in kube-apiserver
+	}
+	return grace
 }
+
+// podFields are the selectable fields of pods, as kube-apiserver offers them.
+var podFields = fieldsOf(map[string]func(*corev1.Pod) string{
+	"spec.nodeName":            func(p *corev1.Pod) string { return p.Spec.NodeName },
+	"spec.restartPolicy":       func(p *corev1.Pod) string { return string(p.Spec.RestartPolicy) },
+	"spec.schedulerName":       func(p *corev1.Pod) string { return p.Spec.SchedulerName },
+	"spec.serviceAccountName":  func(p *corev1.Pod) string { return p.Spec.ServiceAccountName },
+	"spec.hostNetwork":         func(p *corev1.Pod) string { return fmt.Sprint(p.Spec.HostNetwork) },
+	"status.phase":             func(p *corev1.Pod) string { return string(p.Status.Phase) },
+	"status.podIP":             func(p *corev1.Pod) string { return p.Status.PodIP },
+	"status.nominatedNodeName": func(p *corev1.Pod) string { return p.Status.NominatedNodeName },
+})
 
 func (podStrategy) tableColumns() []metav1.TableColumnDefinition {
 	return []metav1.TableColumnDefinition{

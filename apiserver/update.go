@@ -7,9 +7,9 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
-	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -126,14 +126,14 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 		if err != nil {
 			return nil, err
 		}
-		if err := c.s.prepareUpdate(res, next, cur, status, c.info.name); err != nil {
+		if err := c.s.prepareUpdate(res, next, cur, status, c.info.name, c.s.clock.Now()); err != nil {
 			return nil, err
 		}
 		last = next
 		if dryRun {
 			return nil, errDryRun{obj: next}
 		}
-		if deletionComplete(next) {
+		if deletionComplete(res, next) {
 			return nil, nil // the last finalizer is gone: the object goes
 		}
 		return next, nil
@@ -158,15 +158,16 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 	}
 }
 
-// deletionComplete reports whether an object marked for deletion has no finalizers left and
-// no grace period to wait for: it is removed instead of updated.
-func deletionComplete(obj runtime.Object) bool {
+// deletionComplete reports whether an object marked for deletion has no finalizers left
+// (its kind's own included, see deletionHolder) and no grace period to wait for: it is
+// removed instead of updated.
+func deletionComplete(res *resource, obj runtime.Object) bool {
 	m, _ := meta.Accessor(obj)
 	if m.GetDeletionTimestamp() == nil || len(m.GetFinalizers()) > 0 {
 		return false
 	}
-	if ns, ok := obj.(*corev1.Namespace); ok && len(ns.Spec.Finalizers) > 0 {
-		return false // the namespace finalizer has not emptied it yet
+	if h, ok := res.strategy.(deletionHolder); ok && h.holdsDeletion(obj) {
+		return false
 	}
 	g := m.GetDeletionGracePeriodSeconds()
 	return g == nil || *g == 0
@@ -174,7 +175,7 @@ func deletionComplete(obj runtime.Object) bool {
 
 // prepareUpdate applies the update rules to next given the stored cur: preconditions,
 // server-owned metadata, the resource's main-or-status rules, generation, validation.
-func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status bool, name string) error {
+func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status bool, name string, now time.Time) error {
 	nm, _ := meta.Accessor(next)
 	om, _ := meta.Accessor(cur)
 	if rv := nm.GetResourceVersion(); rv != "" && rv != om.GetResourceVersion() {
@@ -198,9 +199,9 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 		nm.SetAnnotations(om.GetAnnotations())
 		nm.SetFinalizers(om.GetFinalizers())
 		nm.SetOwnerReferences(om.GetOwnerReferences())
-		res.strategy.prepareForStatusUpdate(next, cur)
+		res.strategy.prepareForStatusUpdate(next, cur, now)
 	} else {
-		res.strategy.prepareForUpdate(next, cur)
+		res.strategy.prepareForUpdate(next, cur, now)
 		if res.tracksGeneration && !apiequality.Semantic.DeepEqual(specOf(next), specOf(cur)) {
 			nm.SetGeneration(om.GetGeneration() + 1)
 		}
@@ -212,7 +213,7 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 	if status {
 		errs = append(errs, res.strategy.validateStatusUpdate(next, cur)...)
 	} else {
-		errs = append(errs, apivalidation.ValidateObjectMetaAccessor(nm, res.namespaced, nameValidator(res), field.NewPath("metadata"))...)
+		errs = append(errs, apivalidation.ValidateObjectMetaAccessor(nm, res.namespaced, res.nameValidator(), field.NewPath("metadata"))...)
 		errs = append(errs, res.strategy.validateUpdate(next, cur)...)
 	}
 	if len(errs) > 0 {
@@ -249,86 +250,4 @@ func noNewFinalizers(next, old []string) field.ErrorList {
 		}
 	}
 	return nil
-}
-
-// bind serves POST pods/<name>/binding: the scheduler's way to set spec.nodeName.
-func (c *call) bind() {
-	data, err := c.readBody()
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	binding := &corev1.Binding{}
-	if err := c.decodeObject(data, corev1.SchemeGroupVersion.WithKind("Binding"), binding); err != nil {
-		c.fail(err)
-		return
-	}
-	if binding.Name != "" && binding.Name != c.info.name {
-		c.fail(badRequest("the name of the object (%s) does not match the name on the URL (%s)", binding.Name, c.info.name))
-		return
-	}
-	if binding.Target.Name == "" {
-		c.fail(apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Binding").GroupKind(), c.info.name,
-			field.ErrorList{field.Required(field.NewPath("target", "name"), "")}))
-		return
-	}
-	if binding.Target.Kind != "" && binding.Target.Kind != "Node" {
-		c.fail(apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Binding").GroupKind(), c.info.name,
-			field.ErrorList{field.NotSupported(field.NewPath("target", "kind"), binding.Target.Kind, []string{"Node", "<empty>"})}))
-		return
-	}
-	dryRun, err := c.dryRun()
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	res := c.info.res
-	key := c.key(c.info.namespace, c.info.name)
-	_, err = c.s.store.GuaranteedUpdate(c.r.Context(), key, func(cur runtime.Object) (runtime.Object, error) {
-		pod := cur.(*corev1.Pod)
-		if binding.UID != "" && binding.UID != pod.UID {
-			return nil, apierrors.NewConflict(res.groupResource(), c.info.name,
-				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", binding.UID, pod.UID))
-		}
-		if pod.DeletionTimestamp != nil {
-			return nil, apierrors.NewConflict(res.groupResource(), c.info.name, fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", pod.Name))
-		}
-		if pod.Spec.NodeName != "" {
-			return nil, apierrors.NewConflict(res.groupResource(), c.info.name, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName))
-		}
-		pod.Spec.NodeName = binding.Target.Name
-		for k, v := range binding.Annotations {
-			if pod.Annotations == nil {
-				pod.Annotations = map[string]string{}
-			}
-			pod.Annotations[k] = v
-		}
-		setPodCondition(&pod.Status, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: c.now()})
-		if dryRun {
-			return nil, errDryRun{obj: pod}
-		}
-		return pod, nil
-	}, store.UpdateOptions{})
-	var dr errDryRun
-	if err != nil && !errors.As(err, &dr) {
-		c.fail(err)
-		return
-	}
-	writeJSON(c.w, http.StatusCreated, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status: metav1.StatusSuccess, Code: http.StatusCreated})
-}
-
-// setPodCondition replaces the condition of the same type, keeping its transition time
-// when the status did not change.
-func setPodCondition(status *corev1.PodStatus, cond corev1.PodCondition) {
-	for i, existing := range status.Conditions {
-		if existing.Type == cond.Type {
-			if existing.Status == cond.Status {
-				cond.LastTransitionTime = existing.LastTransitionTime
-			}
-			status.Conditions[i] = cond
-			return
-		}
-	}
-	status.Conditions = append(status.Conditions, cond)
 }

@@ -1,0 +1,180 @@
+package apiserver
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// registry is every resource the server serves, and the single owner of what differs
+// between them: the verb handlers ask a resource's entry (and its strategy) and never
+// compare resource names.
+//
+// To add a kind:
+//
+//  1. write its strategy (strategy_<group>.go): defaulting and validation on create and
+//     update, what status writes may change, the `kubectl get` columns; and, next to it,
+//     its selectable fields as one map (see fieldsOf);
+//  2. register one resource entry for it in builtinResources: names, Go types, strategy,
+//     fields, subresources and the few behaviour switches of resource.
+//
+// Special behaviour is opted into from the entry or the strategy, never from a verb
+// file: a deletion lifecycle of its own (resource.deleteFunc), a grace period before
+// removal (gracefulDeleter), a finalizer list outside metadata (deletionHolder), a name
+// rule (resource.validateName), a subresource with its own handler (subresource.serve).
+//
+// Lookups are safe while another goroutine registers, so resources defined at run time
+// (custom resources) can be added to a serving registry; such a caller must also give the
+// entry a started watch cache before it registers it, since handlers use it at once.
+type registry struct {
+	mu       sync.RWMutex
+	all      []*resource // in registration order, which discovery follows
+	byGVR    map[schema.GroupVersionResource]*resource
+	byGVK    map[schema.GroupVersionKind]*resource
+	groups   []string          // API groups in registration order ("" is core)
+	versions map[string]string // group → its one served version (the first registered)
+}
+
+func newRegistry() *registry {
+	return &registry{
+		byGVR:    map[schema.GroupVersionResource]*resource{},
+		byGVK:    map[schema.GroupVersionKind]*resource{},
+		versions: map[string]string{},
+	}
+}
+
+// newBuiltinRegistry registers the kinds every miniplane serves.
+func newBuiltinRegistry(eventTTL time.Duration) (*registry, error) {
+	reg := newRegistry()
+	for _, r := range builtinResources(eventTTL) {
+		if err := reg.register(r); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// register adds r. It fails when r lacks what every handler relies on, or when its
+// group/version/resource or group/version/kind is already served: a second entry would
+// shadow the first in one lookup and not in the other.
+func (reg *registry) register(r *resource) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	gvr, gvk := r.gvr(), r.gvk()
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if _, dup := reg.byGVR[gvr]; dup {
+		return fmt.Errorf("apiserver: resource %s is already registered", gvr)
+	}
+	if _, dup := reg.byGVK[gvk]; dup {
+		return fmt.Errorf("apiserver: kind %s is already registered", gvk)
+	}
+	reg.all = append(reg.all, r)
+	reg.byGVR[gvr] = r
+	reg.byGVK[gvk] = r
+	if _, ok := reg.versions[r.group]; !ok {
+		reg.groups = append(reg.groups, r.group)
+		reg.versions[r.group] = r.version
+	}
+	return nil
+}
+
+// check reports what is missing or inconsistent in a resource entry.
+func (r *resource) check() error {
+	var missing []string
+	for what, ok := range map[string]bool{
+		"version": r.version != "", "name": r.name != "", "kind": r.kind != "", "singular": r.singular != "",
+		"newFunc": r.newFunc != nil, "newListFunc": r.newListFunc != nil, "strategy": r.strategy != nil,
+	} {
+		if !ok {
+			missing = append(missing, what)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("apiserver: resource %q of %s/%s lacks %s", r.name, r.group, r.version, strings.Join(missing, ", "))
+	}
+	if r.name != strings.ToLower(r.name) || strings.Contains(r.name, "/") {
+		return fmt.Errorf("apiserver: resource name %q must be lower case without '/'", r.name)
+	}
+	seen := map[string]bool{}
+	for _, sub := range r.subresources {
+		if sub.name == "" || len(sub.verbs) == 0 || seen[sub.name] {
+			return fmt.Errorf("apiserver: resource %s: subresource %q needs a unique name and verbs", r.name, sub.name)
+		}
+		seen[sub.name] = true
+	}
+	for f := range r.fields {
+		if f == "metadata.name" || f == "metadata.namespace" {
+			return fmt.Errorf("apiserver: resource %s: %s is selectable for every kind and must not be declared", r.name, f)
+		}
+	}
+	return nil
+}
+
+// lookup returns the resource served at group/version/name, or nil.
+func (reg *registry) lookup(group, version, name string) *resource {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	return reg.byGVR[schema.GroupVersionResource{Group: group, Version: version, Resource: name}]
+}
+
+// lookupKind returns the resource that serves gvk, or nil.
+func (reg *registry) lookupKind(gvk schema.GroupVersionKind) *resource {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	return reg.byGVK[gvk]
+}
+
+// resources returns every resource in registration order. The slice is the caller's.
+func (reg *registry) resources() []*resource {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	return append([]*resource(nil), reg.all...)
+}
+
+// inGroupVersion returns the resources of one group/version in registration order.
+func (reg *registry) inGroupVersion(group, version string) []*resource {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	var out []*resource
+	for _, r := range reg.all {
+		if r.group == group && r.version == version {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// groupVersions returns each served group ("" is core) with its version, in registration
+// order.
+func (reg *registry) groupVersions() []schema.GroupVersion {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	out := make([]schema.GroupVersion, len(reg.groups))
+	for i, g := range reg.groups {
+		out[i] = schema.GroupVersion{Group: g, Version: reg.versions[g]}
+	}
+	return out
+}
+
+// groupVersion returns the version served for group, if the group is served.
+func (reg *registry) groupVersion(group string) (string, bool) {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	v, ok := reg.versions[group]
+	return v, ok
+}
+
+// groupVersionPath is the URL prefix of a group/version: /api/v1 or /apis/<g>/<v>.
+func groupVersionPath(group, version string) string {
+	if group == "" {
+		return "/api/" + version
+	}
+	return "/apis/" + group + "/" + version
+}
