@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,13 +31,27 @@ const (
 	bookmarkInterval = 30 * time.Second
 )
 
-// watch serves a watch from the watch cache.
+// watch serves a watch from the watch cache: it registers a watcher for the request's
+// selection and starting point, then streams its frames until the watch times out, the
+// cache ends it or the client leaves.
 func (c *call) watch() {
 	p, err := parseListParams(c.r.URL.Query(), c.info.res)
 	if err != nil {
 		c.fail(err)
 		return
 	}
+	w, err := c.openWatch(p)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	defer c.info.res.cache.stopWatch(w)
+	c.streamWatch(w, c.watchTimeout(p), p.allowWatchBookmarks)
+}
+
+// openWatch registers a watcher on the resource's cache. A start older than the cache's
+// history is 410 Expired, which tells the client to list again.
+func (c *call) openWatch(p *listParams) (*cacheWatcher, error) {
 	res := c.info.res
 	filter := &watchFilter{namespace: c.info.namespace, label: p.label, field: p.field}
 	if c.info.name != "" {
@@ -45,35 +60,72 @@ func (c *call) watch() {
 	}
 	start, err := c.watchStart(p)
 	if err != nil {
-		c.fail(err)
-		return
+		return nil, err
 	}
 	w, err := res.cache.watch(filter, start, watchQueueLimit)
-	if err != nil {
-		if errors.Is(err, store.ErrExpired) {
-			c.fail(apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %s (%d)", p.resourceVersion, res.cache.currentRV())))
-			return
-		}
-		c.fail(err)
-		return
+	if errors.Is(err, store.ErrExpired) {
+		return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %s (%d)", p.resourceVersion, res.cache.currentRV()))
 	}
-	defer res.cache.stopWatch(w)
+	return w, err
+}
 
-	timeout := time.Duration(p.timeoutSeconds) * time.Second
-	if timeout == 0 {
-		// Spread reconnections: each watch lasts between the minimum and twice it.
-		minT := c.s.cfg.MinRequestTimeout
-		timeout = minT + time.Duration(rand.Int64N(int64(minT)))
+// watchTimeout is how long the watch lasts: the client's timeoutSeconds, or a random
+// time between the minimum request timeout and twice it, so that reconnections spread.
+func (c *call) watchTimeout(p *listParams) time.Duration {
+	if p.timeoutSeconds > 0 {
+		return time.Duration(p.timeoutSeconds) * time.Second
 	}
+	minT := c.s.cfg.MinRequestTimeout
+	return minT + time.Duration(rand.Int64N(int64(minT)))
+}
+
+// streamWatch writes the response and w's frames as they come, with a bookmark every
+// bookmarkInterval when the client allows them, until the timeout (after a last batch),
+// the cache ends the watch (likewise) or the client leaves.
+func (c *call) streamWatch(w *cacheWatcher, timeout time.Duration, allowBookmarks bool) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var bookmarks <-chan time.Time
-	if p.allowWatchBookmarks {
+	if allowBookmarks {
 		t := time.NewTicker(bookmarkInterval)
 		defer t.Stop()
 		bookmarks = t.C
 	}
+	out := c.beginWatchStream()
+	if !out.send(w) {
+		return
+	}
+	for {
+		select {
+		case <-w.signal:
+			if !out.send(w) {
+				return
+			}
+		case <-bookmarks:
+			c.info.res.cache.bookmark(w)
+		case <-w.done:
+			out.send(w)
+			return
+		case <-timer.C:
+			out.send(w)
+			return
+		case <-c.r.Context().Done():
+			return
+		}
+	}
+}
 
+// watchStream writes the frames of one watch response.
+type watchStream struct {
+	c       *call
+	bw      *bufio.Writer
+	flusher http.Flusher // nil when the ResponseWriter cannot flush
+	counter prometheus.Counter
+}
+
+// beginWatchStream writes the response header and flushes it, so the client knows the
+// watch is established before the first event.
+func (c *call) beginWatchStream() *watchStream {
 	flusher, _ := c.w.(http.Flusher)
 	if c.out.protobuf {
 		c.w.Header().Set("Content-Type", protobufStreamMediaType)
@@ -85,48 +137,30 @@ func (c *call) watch() {
 	if flusher != nil {
 		flusher.Flush()
 	}
-	bw := bufio.NewWriterSize(c.w, 64<<10)
-	counter := c.s.metrics.watchEvents.WithLabelValues(res.name)
-	send := func() bool {
-		items := w.take()
-		if len(items) == 0 {
-			return true
-		}
-		for _, it := range items {
-			if err := c.writeWatchFrame(bw, it); err != nil {
-				return false
-			}
-		}
-		counter.Add(float64(len(items)))
-		if err := bw.Flush(); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
+	return &watchStream{c: c, bw: bufio.NewWriterSize(c.w, 64<<10), flusher: flusher,
+		counter: c.s.metrics.watchEvents.WithLabelValues(c.info.res.name)}
+}
+
+// send writes every frame queued on w with a single flush, so a burst of events costs
+// one flush. It returns false once the client can no longer be written to.
+func (s *watchStream) send(w *cacheWatcher) bool {
+	items := w.take()
+	if len(items) == 0 {
 		return true
 	}
-	if !send() {
-		return
-	}
-	for {
-		select {
-		case <-w.signal:
-			if !send() {
-				return
-			}
-		case <-bookmarks:
-			res.cache.bookmark(w)
-		case <-w.done:
-			send()
-			return
-		case <-timer.C:
-			send()
-			return
-		case <-c.r.Context().Done():
-			return
+	for _, it := range items {
+		if err := s.c.writeWatchFrame(s.bw, it); err != nil {
+			return false
 		}
 	}
+	s.counter.Add(float64(len(items)))
+	if err := s.bw.Flush(); err != nil {
+		return false
+	}
+	if s.flusher != nil {
+		s.flusher.Flush()
+	}
+	return true
 }
 
 // watchStart turns the list parameters into where the watch begins, following the
