@@ -1,0 +1,526 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/miniplane/miniplane/store"
+)
+
+// fakeSource is a cacheSource the test drives: List answers the current list, and the
+// open Watch delivers what is sent on events.
+type fakeSource struct {
+	events chan store.Event
+
+	mu       sync.Mutex
+	list     *store.ListResult
+	watches  []int64 // fromRevision of every Watch call
+	rev      int64   // what CurrentRevision answers
+	progress int     // RequestProgress calls
+}
+
+var _ cacheSource = (*fakeSource)(nil)
+
+func (f *fakeSource) List(context.Context, string, store.ListOptions) (*store.ListResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	items := make([]runtime.Object, len(f.list.Items))
+	for i, obj := range f.list.Items {
+		items[i] = obj.DeepCopyObject()
+	}
+	return &store.ListResult{Items: items, Revision: f.list.Revision}, nil
+}
+
+// Watch forwards what is sent on events until ctx ends or after an error event, then
+// closes its channel, as the store's watch does. An event sent while no watch is open
+// waits for the next one.
+func (f *fakeSource) Watch(ctx context.Context, _ string, from int64) (<-chan store.Event, error) {
+	f.mu.Lock()
+	f.watches = append(f.watches, from)
+	f.mu.Unlock()
+	out := make(chan store.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case ev := <-f.events:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+				if ev.Type == store.ErrorEvent {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (f *fakeSource) RequestProgress(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.progress++
+	return nil
+}
+
+func (f *fakeSource) CurrentRevision(context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rev, nil
+}
+
+func (f *fakeSource) progressRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.progress
+}
+
+func (f *fakeSource) watchCalls() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int64(nil), f.watches...)
+}
+
+// cacheTest is a pods watch cache fed from a fakeSource, on a fake clock.
+type cacheTest struct {
+	t     *testing.T
+	ctx   context.Context
+	src   *fakeSource
+	clock *clocktesting.FakeClock
+	c     *cacher
+}
+
+// cacheStartRV is the revision of the list every test cache starts from.
+const cacheStartRV = 10
+
+// newCacheTest starts a pods cache whose initial list holds objs at cacheStartRV.
+func newCacheTest(t *testing.T, historySize int, objs ...*corev1.Pod) *cacheTest {
+	t.Helper()
+	reg := builtinRegistry(t)
+	src := &fakeSource{events: make(chan store.Event), list: &store.ListResult{Revision: cacheStartRV}, rev: cacheStartRV}
+	for _, p := range objs {
+		src.list.Items = append(src.list.Items, p)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithCancel(context.Background())
+	ct := &cacheTest{t: t, ctx: ctx, src: src, clock: clk,
+		c: newCacher(reg.lookup("", "v1", "pods"), src, "/registry", historySize, clk, slog.New(slog.DiscardHandler))}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ct.c.run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	ct.waitRV(cacheStartRV)
+	return ct
+}
+
+// waitRV waits until the cache has applied every change up to rv, and so has queued
+// them for every watcher.
+func (ct *cacheTest) waitRV(rv int64) {
+	ct.t.Helper()
+	ctx, cancel := context.WithTimeout(ct.ctx, 10*time.Second)
+	defer cancel()
+	// The fake clock never fires the timeout; the context bounds the wait instead.
+	if err := ct.c.waitForRV(ctx, rv, time.Hour); err != nil {
+		ct.t.Fatalf("cache did not reach revision %d: %v", rv, err)
+	}
+}
+
+// feed sends events through the store watch, in order, and waits until they are applied.
+func (ct *cacheTest) feed(events ...store.Event) {
+	ct.t.Helper()
+	for _, ev := range events {
+		select {
+		case ct.src.events <- ev:
+		case <-time.After(10 * time.Second):
+			ct.t.Fatalf("the cache does not read its watch (event at %d)", ev.Revision)
+		}
+		if ev.Type != store.ErrorEvent {
+			ct.waitRV(ev.Revision)
+		}
+	}
+}
+
+// testPod is a pod in namespace "default" unless name is "<ns>/<name>".
+func testPod(name, node string, lbls map[string]string) *corev1.Pod {
+	ns := "default"
+	for i := range name {
+		if name[i] == '/' {
+			ns, name = name[:i], name[i+1:]
+			break
+		}
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls}, Spec: corev1.PodSpec{NodeName: node}}
+}
+
+func storeEvent(typ store.EventType, rv int64, p *corev1.Pod) store.Event {
+	p = p.DeepCopy()
+	p.ResourceVersion = strconv.FormatInt(rv, 10)
+	return store.Event{Type: typ, Key: "/registry/pods/" + p.Namespace + "/" + p.Name, Object: p, Revision: rv}
+}
+
+func added(rv int64, p *corev1.Pod) store.Event    { return storeEvent(store.Added, rv, p) }
+func modified(rv int64, p *corev1.Pod) store.Event { return storeEvent(store.Modified, rv, p) }
+func deleted(rv int64, p *corev1.Pod) store.Event  { return storeEvent(store.Deleted, rv, p) }
+
+func atRV(rv int64, p *corev1.Pod) *corev1.Pod {
+	p.ResourceVersion = strconv.FormatInt(rv, 10)
+	return p
+}
+
+// frames renders what a watcher has queued, one string per frame:
+// "ADDED default/a@11", "BOOKMARK @12", "BOOKMARK @12 end".
+func frames(w *cacheWatcher) []string {
+	var out []string
+	for _, it := range w.take() {
+		if it.typ == watch.Bookmark {
+			s := fmt.Sprintf("BOOKMARK @%d", it.rv)
+			if it.initialEventsEnd {
+				s += " end"
+			}
+			out = append(out, s)
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s/%s@%d", it.typ, it.obj.namespace, it.obj.name, it.obj.rv))
+	}
+	return out
+}
+
+// selector is the filter of a watch across namespaces with these selectors ("" for none).
+func selector(label, field string) *watchFilter {
+	l, err := labels.Parse(label)
+	if err != nil {
+		panic(err)
+	}
+	return &watchFilter{label: l, field: fields.ParseSelectorOrDie(field)}
+}
+
+var (
+	web = map[string]string{"app": "web"}
+	db  = map[string]string{"app": "db"}
+)
+
+// TestCacherWatch drives one cache per case: an initial list, changes before the watchers
+// register (their history), the watchers, then live changes; each watcher must have
+// queued exactly its frames.
+func TestCacherWatch(t *testing.T) {
+	type watcherCase struct {
+		name    string
+		filter  *watchFilter
+		start   watchStart
+		wantErr error
+		want    []string
+	}
+	for _, tc := range []struct {
+		name        string
+		historySize int
+		initial     []*corev1.Pod
+		before      []store.Event
+		watchers    []watcherCase
+		after       []store.Event
+	}{
+		{
+			name:    "initial state in key order, then live changes",
+			initial: []*corev1.Pod{atRV(5, testPod("b", "n1", web)), atRV(7, testPod("a", "n1", web))},
+			watchers: []watcherCase{{
+				name: "rv 0", filter: selector("", ""), start: watchStart{initialState: true},
+				want: []string{"ADDED default/a@7", "ADDED default/b@5", "MODIFIED default/a@11", "DELETED default/b@12"},
+			}},
+			after: []store.Event{modified(11, testPod("a", "n2", web)), deleted(12, testPod("b", "n1", web))},
+		},
+		{
+			name:    "sendInitialEvents ends the initial state with a bookmark",
+			initial: []*corev1.Pod{atRV(7, testPod("a", "n1", web))},
+			before:  []store.Event{added(11, testPod("c", "n1", db))},
+			watchers: []watcherCase{{
+				name: "app=db", filter: selector("app=db", ""), start: watchStart{initialState: true, initialEventsEnd: true},
+				want: []string{"ADDED default/c@11", "BOOKMARK @11 end", "ADDED default/d@12"},
+			}},
+			after: []store.Event{added(12, testPod("d", "", db)), added(13, testPod("e", "", web))},
+		},
+		{
+			name:    "fan-out: each watcher gets its own selection of one stream",
+			initial: []*corev1.Pod{atRV(7, testPod("a", "n1", web))},
+			watchers: []watcherCase{
+				{name: "everything", filter: selector("", ""), start: watchStart{},
+					want: []string{"MODIFIED default/a@11", "ADDED other/b@12", "ADDED default/c@13", "DELETED default/a@14"}},
+				{name: "app=web", filter: selector("app=web", ""), start: watchStart{},
+					// a leaves the selection when it turns db: a DELETED, and nothing after.
+					want: []string{"DELETED default/a@11", "ADDED other/b@12"}},
+				{name: "app=db", filter: selector("app=db", ""), start: watchStart{},
+					want: []string{"ADDED default/a@11", "ADDED default/c@13", "DELETED default/a@14"}},
+				{name: "namespace other", filter: &watchFilter{namespace: "other"}, start: watchStart{},
+					want: []string{"ADDED other/b@12"}},
+				{name: "spec.nodeName=n2", filter: selector("", "spec.nodeName=n2"), start: watchStart{},
+					want: []string{"ADDED default/c@13"}},
+				{name: "spec.nodeName=n1 and app=db", filter: selector("app=db", "spec.nodeName=n1"), start: watchStart{},
+					want: []string{"ADDED default/a@11", "DELETED default/a@14"}},
+				{name: "metadata.name=a", filter: selector("", "metadata.name=a"), start: watchStart{},
+					want: []string{"MODIFIED default/a@11", "DELETED default/a@14"}},
+			},
+			after: []store.Event{
+				modified(11, testPod("a", "n1", db)),
+				added(12, testPod("other/b", "n1", web)),
+				added(13, testPod("c", "n2", db)),
+				deleted(14, testPod("a", "n1", db)),
+			},
+		},
+		{
+			name: "resume from an older resourceVersion replays the history after it",
+			before: []store.Event{
+				added(11, testPod("a", "", web)), modified(12, testPod("a", "n1", web)), added(13, testPod("b", "", db)), deleted(14, testPod("a", "n1", web)),
+			},
+			watchers: []watcherCase{
+				{name: "from 12", filter: selector("", ""), start: watchStart{fromRV: 12},
+					want: []string{"ADDED default/b@13", "DELETED default/a@14", "ADDED default/c@15"}},
+				{name: "from the list", filter: selector("", ""), start: watchStart{fromRV: cacheStartRV},
+					want: []string{"ADDED default/a@11", "MODIFIED default/a@12", "ADDED default/b@13", "DELETED default/a@14", "ADDED default/c@15"}},
+				{name: "from the current revision", filter: selector("", ""), start: watchStart{fromRV: 14},
+					want: []string{"ADDED default/c@15"}},
+				{name: "replay through a selector", filter: selector("", "spec.nodeName=n1"), start: watchStart{fromRV: 11},
+					// a enters the selection when it is bound, and leaves it when deleted.
+					want: []string{"ADDED default/a@12", "DELETED default/a@14"}},
+			},
+			after: []store.Event{added(15, testPod("c", "", db))},
+		},
+		{
+			name:        "a resourceVersion older than the history is expired",
+			historySize: 2,
+			before:      []store.Event{added(11, testPod("a", "", web)), added(12, testPod("b", "", web)), added(13, testPod("c", "", web))},
+			watchers: []watcherCase{
+				{name: "from the list", filter: selector("", ""), start: watchStart{fromRV: cacheStartRV}, wantErr: store.ErrExpired},
+				{name: "from the oldest kept change", filter: selector("", ""), start: watchStart{fromRV: 11},
+					want: []string{"ADDED default/b@12", "ADDED default/c@13"}},
+				{name: "from the current revision", filter: selector("", ""), start: watchStart{fromRV: 13}},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			size := tc.historySize
+			if size == 0 {
+				size = 100
+			}
+			ct := newCacheTest(t, size, tc.initial...)
+			ct.feed(tc.before...)
+			ws := make([]*cacheWatcher, len(tc.watchers))
+			for i, wc := range tc.watchers {
+				w, err := ct.c.watch(wc.filter, wc.start, 1000)
+				if !errors.Is(err, wc.wantErr) {
+					t.Fatalf("watcher %q: watch error %v, want %v", wc.name, err, wc.wantErr)
+				}
+				ws[i] = w
+			}
+			ct.feed(tc.after...)
+			for i, wc := range tc.watchers {
+				if ws[i] == nil {
+					continue
+				}
+				if got := frames(ws[i]); !reflect.DeepEqual(got, wc.want) {
+					t.Errorf("watcher %q:\n got %q\nwant %q", wc.name, got, wc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestCacherListAndGet: reads see the initial list and every change applied since.
+func TestCacherListAndGet(t *testing.T) {
+	ct := newCacheTest(t, 10, atRV(5, testPod("b", "n1", web)), atRV(6, testPod("other/a", "n2", db)))
+	ct.feed(added(11, testPod("a", "n1", db)), deleted(12, testPod("b", "n1", web)))
+	for _, tc := range []struct {
+		name   string
+		filter *watchFilter
+		want   []string
+	}{
+		{"everything, in key order", &watchFilter{}, []string{"default/a", "other/a"}},
+		{"one namespace", &watchFilter{namespace: "other"}, []string{"other/a"}},
+		{"by field", selector("", "spec.nodeName=n1"), []string{"default/a"}},
+		{"by label", selector("app=web", ""), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			items, rv := ct.c.list(tc.filter)
+			var got []string
+			for _, it := range items {
+				got = append(got, it.namespace+"/"+it.name)
+			}
+			if !reflect.DeepEqual(got, tc.want) || rv != 12 {
+				t.Errorf("list = %v at %d, want %v at 12", got, rv, tc.want)
+			}
+		})
+	}
+	if _, ok := ct.c.get("/registry/pods/default/b"); ok {
+		t.Error("get finds a deleted object")
+	}
+	if co, ok := ct.c.get("/registry/pods/default/a"); !ok || co.rv != 11 {
+		t.Errorf("get default/a = %v, %v; want it at 11", co, ok)
+	}
+}
+
+// TestCacherEndsSlowWatcher: a watcher whose queue is full is ended, so its client
+// resumes from its last resourceVersion, and stops costing the dispatcher.
+func TestCacherEndsSlowWatcher(t *testing.T) {
+	ct := newCacheTest(t, 10)
+	slow, err := ct.c.watch(selector("", ""), watchStart{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := ct.c.watch(selector("", ""), watchStart{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.feed(added(11, testPod("a", "", nil)), added(12, testPod("b", "", nil)), added(13, testPod("c", "", nil)))
+	select {
+	case <-slow.done:
+	default:
+		t.Fatal("a watcher past its queue limit was not ended")
+	}
+	if n := ct.c.watcherCount(); n != 1 {
+		t.Errorf("%d watchers registered, want only the one that kept up", n)
+	}
+	if got := frames(fast); len(got) != 3 {
+		t.Errorf("the other watcher got %q, want all three events", got)
+	}
+}
+
+// TestCacherBookmark: a bookmark carries the revision the cache has reached, after every
+// change up to it.
+func TestCacherBookmark(t *testing.T) {
+	ct := newCacheTest(t, 10)
+	w, err := ct.c.watch(selector("app=web", ""), watchStart{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.feed(added(11, testPod("a", "", web)), added(12, testPod("b", "", db)))
+	ct.c.bookmark(w)
+	if got, want := frames(w), []string{"ADDED default/a@11", "BOOKMARK @12"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestCacherRelistsAfterWatchError: when the store watch fails, the cache ends its
+// watchers (their clients resume against the new state), waits a second on its clock and
+// lists again.
+func TestCacherRelistsAfterWatchError(t *testing.T) {
+	ct := newCacheTest(t, 10, atRV(5, testPod("a", "", web)))
+	w, err := ct.c.watch(selector("", ""), watchStart{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.src.mu.Lock()
+	ct.src.list = &store.ListResult{Revision: 20, Items: []runtime.Object{atRV(18, testPod("b", "", web))}}
+	ct.src.mu.Unlock()
+	ct.feed(store.Event{Type: store.ErrorEvent, Err: errors.New("etcd went away")})
+
+	waitFor(t, "the cache to wait before re-listing", ct.clock.HasWaiters)
+	ct.clock.Step(time.Second)
+	ct.waitRV(20)
+	select {
+	case <-w.done:
+	default:
+		t.Error("a watcher registered before the re-list was not ended")
+	}
+	items, _ := ct.c.list(&watchFilter{})
+	if len(items) != 1 || items[0].name != "b" {
+		t.Errorf("after the re-list the cache holds %v, want only b", items)
+	}
+	// The cache reaches the list's revision before it opens the store watch that follows.
+	waitFor(t, "a second store watch", func() bool { return len(ct.src.watchCalls()) == 2 })
+	if got := ct.src.watchCalls(); !reflect.DeepEqual(got, []int64{cacheStartRV, 20}) {
+		t.Errorf("store watches started at %v, want each list's revision", got)
+	}
+	if _, err := ct.c.watch(selector("", ""), watchStart{fromRV: 15}, 100); !errors.Is(err, store.ErrExpired) {
+		t.Errorf("resuming from before the re-list: %v, want ErrExpired", err)
+	}
+}
+
+// TestCacherWaitForRV: a read at a revision the cache has not reached waits for it, and
+// gives up with errTooLargeRV when its time is up.
+func TestCacherWaitForRV(t *testing.T) {
+	ct := newCacheTest(t, 10)
+	result := make(chan error, 1)
+	go func() { result <- ct.c.waitForRV(ct.ctx, 12, 3*time.Second) }()
+	waitFor(t, "the read to wait", ct.clock.HasWaiters)
+	ct.feed(added(11, testPod("a", "", nil)))
+	ct.clock.Step(2 * time.Second)
+	select {
+	case err := <-result:
+		t.Fatalf("the read returned %v before its revision or its timeout", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	ct.feed(added(12, testPod("b", "", nil)))
+	if err := <-result; err != nil {
+		t.Fatalf("waitForRV(12) once the cache reached 12: %v", err)
+	}
+
+	go func() { result <- ct.c.waitForRV(ct.ctx, 13, 3*time.Second) }()
+	waitFor(t, "the read to wait", ct.clock.HasWaiters)
+	ct.clock.Step(3 * time.Second)
+	if err := <-result; !errors.Is(err, errTooLargeRV) {
+		t.Fatalf("waitForRV(13) past its timeout: %v, want errTooLargeRV", err)
+	}
+}
+
+// TestCacherWaitFresh: a consistent read asks etcd for progress when the cache is
+// behind the store's revision and no change of its own comes, and asks at most once per
+// progressInterval of the cache's clock.
+func TestCacherWaitFresh(t *testing.T) {
+	ct := newCacheTest(t, 10)
+	if err := ct.c.waitFresh(ct.ctx); err != nil || ct.src.progressRequests() != 0 {
+		t.Fatalf("waitFresh on a current cache: %v, %d progress requests; want no error and none", err, ct.src.progressRequests())
+	}
+	ct.src.mu.Lock()
+	ct.src.rev = 15 // other resources changed
+	ct.src.mu.Unlock()
+	result := make(chan error, 1)
+	go func() { result <- ct.c.waitFresh(ct.ctx) }()
+	waitFor(t, "a progress request", func() bool { return ct.src.progressRequests() == 1 })
+	ct.feed(store.Event{Type: store.Progress, Revision: 15})
+	if err := <-result; err != nil {
+		t.Fatalf("waitFresh after the progress report: %v", err)
+	}
+
+	ct.c.requestProgress(ct.ctx)
+	if n := ct.src.progressRequests(); n != 1 {
+		t.Errorf("%d progress requests within progressInterval, want 1", n)
+	}
+	ct.clock.Step(progressInterval)
+	ct.c.requestProgress(ct.ctx)
+	if n := ct.src.progressRequests(); n != 2 {
+		t.Errorf("%d progress requests after progressInterval, want 2", n)
+	}
+}
+
+// waitFor polls cond in real time: it waits for another goroutine to get somewhere.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
