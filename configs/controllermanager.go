@@ -148,13 +148,8 @@ func DefaultControllerManager() ControllerManager {
 		KubeAPIQPS:       5000,
 		KubeAPIBurst:     10000,
 		DaemonSet:        DefaultDaemonSetController(),
-		GarbageCollector: GarbageCollectorController{Workers: 20},
-		NodeLifecycle: NodeLifecycleController{
-			MonitorPeriod:      5 * time.Second,
-			GracePeriod:        40 * time.Second,
-			StartupGracePeriod: time.Minute,
-			Workers:            4,
-		},
+		GarbageCollector: DefaultGarbageCollectorController(),
+		NodeLifecycle:    DefaultNodeLifecycleController(),
 	}
 }
 
@@ -231,10 +226,33 @@ func (c ControllerManager) Validate() error {
 	if err := c.DaemonSet.Validate(); err != nil {
 		return within("daemonset", err)
 	}
-	if c.GarbageCollector.Workers < 1 {
-		return invalid("garbagecollector::workers", "must be at least 1")
+	if err := c.GarbageCollector.Validate(); err != nil {
+		return within("garbagecollector", err)
 	}
 	return within("nodelifecycle", c.NodeLifecycle.Validate())
+}
+
+// DefaultGarbageCollectorController returns kube-controller-manager's defaults.
+func DefaultGarbageCollectorController() GarbageCollectorController {
+	return GarbageCollectorController{Workers: 20}
+}
+
+// Validate reports the first problem with c.
+func (c GarbageCollectorController) Validate() error {
+	if c.Workers < 1 {
+		return invalid("workers", "must be at least 1")
+	}
+	return nil
+}
+
+// DefaultNodeLifecycleController returns kube-controller-manager's defaults.
+func DefaultNodeLifecycleController() NodeLifecycleController {
+	return NodeLifecycleController{
+		MonitorPeriod:      5 * time.Second,
+		GracePeriod:        40 * time.Second,
+		StartupGracePeriod: time.Minute,
+		Workers:            4,
+	}
 }
 
 // Validate reports the first problem with c.

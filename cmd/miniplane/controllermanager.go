@@ -31,7 +31,7 @@ Serves /healthz, /readyz and /metrics on --health-listen.`,
 			if err != nil {
 				return err
 			}
-			return manager.Run(cmd.Context(), cfg, restConfig, manager.Options{Logger: slog.Default()})
+			return manager.Run(cmd.Context(), cfg, manager.RunOptions{RestConfig: restConfig, Logger: slog.Default()})
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)

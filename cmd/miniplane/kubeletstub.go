@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/miniplane/miniplane/configs"
@@ -49,57 +43,14 @@ func runKubeletStub(ctx context.Context, cfg configs.KubeletStub) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	fleet, err := kubeletstub.New(cfg, restConfig, kubeletstub.Options{Logger: slog.Default(), Registerer: reg})
+	fleet, err := kubeletstub.New(cfg, kubeletstub.Options{RestConfig: restConfig, Logger: slog.Default(), Registerer: reg})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	healthErr := make(chan error, 1)
 	if cfg.HealthListen != "" {
-		ln, err := net.Listen("tcp", cfg.HealthListen)
-		if err != nil {
-			return fmt.Errorf("health listener %s: %w", cfg.HealthListen, err)
+		if _, err := fleet.ServeHealth(ctx, cfg.HealthListen, reg, slog.Default()); err != nil {
+			return err
 		}
-		srv := kubeletStubHealthServer(fleet, reg)
-		slog.Info("kubeletstub health endpoints listening", "addr", ln.Addr().String())
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				healthErr <- err
-				cancel()
-			}
-		}()
-		defer func() {
-			shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
-			defer stop()
-			_ = srv.Shutdown(shutdownCtx)
-		}()
 	}
-	if err := fleet.Run(ctx); err != nil {
-		return err
-	}
-	select {
-	case err := <-healthErr:
-		return fmt.Errorf("health server: %w", err)
-	default:
-		return nil
-	}
-}
-
-// kubeletStubHealthServer serves liveness (the process answers), readiness (every node is
-// registered and heartbeating) and the metrics in reg.
-func kubeletStubHealthServer(fleet *kubeletstub.Fleet, reg *prometheus.Registry) *http.Server {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok"))
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !fleet.Ready() {
-			http.Error(w, "stub nodes are not all registered and heartbeating yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return fleet.Run(ctx)
 }

@@ -32,7 +32,7 @@ the Lease kube-system/kube-scheduler. Serves /healthz, /readyz and /metrics on -
 			if err != nil {
 				return err
 			}
-			return scheduler.Run(cmd.Context(), cfg, restConfig, scheduler.Options{Logger: slog.Default()})
+			return scheduler.Run(cmd.Context(), cfg, scheduler.RunOptions{RestConfig: restConfig, Logger: slog.Default()})
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)

@@ -66,7 +66,7 @@ type GarbageCollector struct {
 // New validates cfg and builds a collector from it and opts, registering indexers and
 // handlers on the served informers. Call it before the informer factory is started.
 func New(cfg configs.GarbageCollectorController, opts Options) (*GarbageCollector, error) {
-	if err := validate(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("garbagecollector: %w", err)
 	}
 	if opts.Client == nil || opts.Informers == nil {
@@ -116,12 +116,6 @@ func New(cfg configs.GarbageCollectorController, opts Options) (*GarbageCollecto
 
 // validate reports the first problem with cfg. configs.GarbageCollectorController has no
 // Validate method of its own; the rule is the one configs.ControllerManager.Validate applies.
-func validate(cfg configs.GarbageCollectorController) error {
-	if cfg.Workers < 1 {
-		return errors.New("workers must be at least 1")
-	}
-	return nil
-}
 
 // watch adds the owner index and the event handlers to every served informer.
 func (gc *GarbageCollector) watch() error {

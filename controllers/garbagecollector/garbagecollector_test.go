@@ -169,7 +169,7 @@ func startGC(t *testing.T, api *fakeAPI, factory informers.SharedInformerFactory
 	if factory == nil {
 		factory = informers.NewSharedInformerFactory(api.client, 0)
 	}
-	cfg := configs.DefaultControllerManager().GarbageCollector
+	cfg := configs.DefaultGarbageCollectorController()
 	cfg.Workers = 2
 	gc, err := New(cfg, Options{Client: api.client, Informers: factory, Logger: slog.New(slog.DiscardHandler),
 		Clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
@@ -373,7 +373,7 @@ func (l *apiLog) snapshot() []string {
 func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	valid := configs.DefaultControllerManager().GarbageCollector
+	valid := configs.DefaultGarbageCollectorController()
 	tests := []struct {
 		name    string
 		cfg     configs.GarbageCollectorController
@@ -415,7 +415,7 @@ func itemFor(t *testing.T, gc *GarbageCollector, resource, name string) objectRe
 func TestFailedItemIsLoggedAboveDebug(t *testing.T) {
 	var logs bytes.Buffer
 	api := newFakeAPI()
-	gc, err := New(configs.DefaultControllerManager().GarbageCollector, Options{Client: api.client,
+	gc, err := New(configs.DefaultGarbageCollectorController(), Options{Client: api.client,
 		Informers: informers.NewSharedInformerFactory(api.client, 0), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Clock: testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
 	if err != nil {

@@ -38,7 +38,7 @@ func newTestController(t *testing.T, objs ...runtime.Object) *testEnv {
 	client := fake.NewClientset(objs...)
 	clk := testingclock.NewFakeClock(t0)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(configs.DefaultControllerManager().NodeLifecycle, Options{Client: client, Informers: factory, Clock: clk,
+	c, err := New(configs.DefaultNodeLifecycleController(), Options{Client: client, Informers: factory, Clock: clk,
 		Recorder: record.NewFakeRecorder(100), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -460,7 +460,7 @@ func TestTolerationTime(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	valid := configs.DefaultControllerManager().NodeLifecycle
+	valid := configs.DefaultNodeLifecycleController()
 	with := func(mutate func(*configs.NodeLifecycleController)) configs.NodeLifecycleController {
 		cfg := valid
 		mutate(&cfg)

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -219,24 +220,30 @@ func (cp *ControlPlane) startComponents(ctx context.Context, cfg Config, log *sl
 	if cfg.ControllerManager != nil {
 		cm := *cfg.ControllerManager
 		cp.goRun(&cp.components, "controller-manager", log, func() error {
-			return manager.Run(ctx, cm, cp.ConfigFor(credentials.ControllerManagerUser), manager.Options{Logger: log})
+			return manager.Run(ctx, cm, manager.RunOptions{RestConfig: cp.ConfigFor(credentials.ControllerManagerUser), Logger: log})
 		})
 	}
 	if cfg.Scheduler != nil {
 		sc := *cfg.Scheduler
 		cp.goRun(&cp.components, "scheduler", log, func() error {
-			return scheduler.Run(ctx, sc, cp.ConfigFor(credentials.SchedulerUser), scheduler.Options{Logger: log})
+			return scheduler.Run(ctx, sc, scheduler.RunOptions{RestConfig: cp.ConfigFor(credentials.SchedulerUser), Logger: log})
 		})
 	}
 	if cfg.KubeletStub == nil || len(cfg.KubeletStub.NodeNames()) == 0 {
 		return nil
 	}
 	stub := *cfg.KubeletStub
-	fleet, err := kubeletstub.New(stub, cp.ConfigFor(credentials.StubIdentity(stub).Name), kubeletstub.Options{Logger: log})
+	reg := prometheus.NewRegistry()
+	fleet, err := kubeletstub.New(stub, kubeletstub.Options{RestConfig: cp.ConfigFor(credentials.StubIdentity(stub).Name), Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
 	cp.Fleet = fleet
+	if stub.HealthListen != "" {
+		if _, err := fleet.ServeHealth(ctx, stub.HealthListen, reg, log); err != nil {
+			return err
+		}
+	}
 	cp.goRun(&cp.components, "kubeletstub", log, func() error { return fleet.Run(ctx) })
 	return waitUntil(ctx, registrationTimeout, fleet.Ready, "stub nodes to register")
 }

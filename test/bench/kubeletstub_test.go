@@ -207,7 +207,7 @@ func TestStubFleetProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	fleet, err := kubeletstub.New(cfg, rc, kubeletstub.Options{Logger: log})
+	fleet, err := kubeletstub.New(cfg, kubeletstub.Options{RestConfig: rc, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func cpStartScheduler(t *testing.T, env *testenv.Env) {
 	cfg.PodInitialBackoff = 100 * time.Millisecond
 	cfg.PodMaxBackoff = time.Second
 	cpRun(t, "scheduler", func(ctx context.Context) error {
-		return scheduler.Run(ctx, cfg, env.ConfigFor(testenv.SchedulerUser), scheduler.Options{Logger: cpTestLogger(t)})
+		return scheduler.Run(ctx, cfg, scheduler.RunOptions{RestConfig: env.ConfigFor(testenv.SchedulerUser), Logger: cpTestLogger(t)})
 	})
 }
 
@@ -91,7 +91,7 @@ func cpStartStubs(t *testing.T, env *testenv.Env, nodes int) {
 	cfg.NodePrefix = "node"
 	cfg.HeartbeatInterval = 300 * time.Millisecond
 	cfg.LeaseRenewInterval = 300 * time.Millisecond
-	fleet, err := kubeletstub.New(cfg, env.AdminConfig, kubeletstub.Options{Logger: cpTestLogger(t)})
+	fleet, err := kubeletstub.New(cfg, kubeletstub.Options{RestConfig: env.AdminConfig, Logger: cpTestLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +215,7 @@ func TestGarbageCollectorPropagationPolicies(t *testing.T) {
 	env := testenv.New(t, testenv.Config{})
 	client := cpAdminClient(t, env)
 	cpRun(t, "controller-manager", func(ctx context.Context) error {
-		return manager.Run(ctx, cpManagerConfig(configs.ControllerGarbageCollector), env.ConfigFor(testenv.ControllerManagerUser),
-			manager.Options{Logger: cpTestLogger(t)})
+		return manager.Run(ctx, cpManagerConfig(configs.ControllerGarbageCollector), manager.RunOptions{RestConfig: env.ConfigFor(testenv.ControllerManagerUser), Logger: cpTestLogger(t)})
 	})
 	ctx := context.Background()
 	c := client
@@ -334,8 +333,7 @@ func TestSilentNodeIsTaintedUntilHeartbeatsResume(t *testing.T) {
 	client := cpAdminClient(t, env)
 	cpStartStubs(t, env, 2)
 	cpRun(t, "controller-manager", func(ctx context.Context) error {
-		return manager.Run(ctx, cpManagerConfig(configs.ControllerNodeLifecycle), env.ConfigFor(testenv.ControllerManagerUser),
-			manager.Options{Logger: cpTestLogger(t)})
+		return manager.Run(ctx, cpManagerConfig(configs.ControllerNodeLifecycle), manager.RunOptions{RestConfig: env.ConfigFor(testenv.ControllerManagerUser), Logger: cpTestLogger(t)})
 	})
 	ctx := context.Background()
 	nodes := client.CoreV1().Nodes()
@@ -500,7 +498,7 @@ func TestControllerManagerLeaderElectionHandsOver(t *testing.T) {
 		rc.Host = "https://" + in.proxy.ln.Addr().String()
 		rc.Timeout = 2 * time.Second
 		cpRun(t, "controller-manager "+identity, func(ctx context.Context) error {
-			return manager.Run(ctx, cfg, rc, manager.Options{Logger: cpTestLogger(t).With("identity", identity), Identity: identity,
+			return manager.Run(ctx, cfg, manager.RunOptions{RestConfig: rc, Logger: cpTestLogger(t).With("identity", identity), Identity: identity,
 				HealthBound: func(a net.Addr) { in.addr <- a.String() }})
 		})
 		return in
@@ -655,7 +653,7 @@ func TestDaemonSetPodsAreScheduledAndCollected(t *testing.T) {
 	cpStartStubs(t, env, 3)
 	cpStartScheduler(t, env)
 	cpRun(t, "controller-manager", func(ctx context.Context) error {
-		return manager.Run(ctx, cpManagerConfig("*"), env.ConfigFor(testenv.ControllerManagerUser), manager.Options{Logger: cpTestLogger(t)})
+		return manager.Run(ctx, cpManagerConfig("*"), manager.RunOptions{RestConfig: env.ConfigFor(testenv.ControllerManagerUser), Logger: cpTestLogger(t)})
 	})
 	ctx := context.Background()
 	labels := map[string]string{"app": "agent"}

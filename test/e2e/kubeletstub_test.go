@@ -340,7 +340,7 @@ func TestKubeletStubRestartReusesNodesAndPods(t *testing.T) {
 
 	runFleet := func() (stop func()) {
 		t.Helper()
-		fleet, err := kubeletstub.New(cfg, stubConfig, kubeletstub.Options{Logger: cpTestLogger(t)})
+		fleet, err := kubeletstub.New(cfg, kubeletstub.Options{RestConfig: stubConfig, Logger: cpTestLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
