@@ -13,7 +13,7 @@ import (
 const templateGeneration = "deprecated.daemonset.template.generation"
 
 // TestDaemonSetDefaulting: SetDefaults_DaemonSet and the pod template defaults
-// (daemonset-behavior.md, section b).
+// (docs/daemonset-controller.md#api-rules).
 func TestDaemonSetDefaulting(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
@@ -38,6 +38,11 @@ func TestDaemonSetDefaulting(t *testing.T) {
 	if ps.RestartPolicy != corev1.RestartPolicyAlways || ps.DNSPolicy != corev1.DNSClusterFirst || ps.SchedulerName != "default-scheduler" ||
 		ps.TerminationGracePeriodSeconds == nil || *ps.TerminationGracePeriodSeconds != 30 || ps.SecurityContext == nil {
 		t.Fatalf("pod template defaults: %+v", ps)
+	}
+	// Pod-only defaults stay off templates, as upstream stores them: otherwise the same
+	// manifest would hash to another controller-revision-hash than on a real cluster.
+	if ps.EnableServiceLinks != nil {
+		t.Fatalf("template enableServiceLinks = %v, want unset (a Pod-only default)", *ps.EnableServiceLinks)
 	}
 	c := ps.Containers[0]
 	if c.TerminationMessagePath != "/dev/termination-log" || c.TerminationMessagePolicy != corev1.TerminationMessageReadFile ||
@@ -135,7 +140,7 @@ func TestDaemonSetUpdateRules(t *testing.T) {
 	}
 }
 
-// TestDaemonSetValidation: each rule of daemonset-behavior.md (b) gets 422 Invalid with
+// TestDaemonSetValidation: each rule of docs/daemonset-controller.md#api-rules gets 422 Invalid with
 // the field cause and message Kubernetes gives.
 func TestDaemonSetValidation(t *testing.T) {
 	t.Parallel()

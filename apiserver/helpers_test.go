@@ -1,7 +1,6 @@
 package apiserver_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -281,15 +280,6 @@ func (c *rawClient) do(t testing.TB, r request) rawResponse {
 		out.status = &st
 	}
 	return out
-}
-
-func jsonBody(t testing.TB, v any) io.Reader {
-	t.Helper()
-	data, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bytes.NewReader(data)
 }
 
 // repoRoot finds the module root from the test's working directory.

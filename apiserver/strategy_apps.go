@@ -24,7 +24,7 @@ import (
 const templateGenerationAnnotation = "deprecated.daemonset.template.generation"
 
 // daemonSetStrategy follows pkg/registry/apps/daemonset/strategy.go and
-// pkg/apis/apps/validation (daemonset-behavior.md section b).
+// pkg/apis/apps/validation (docs/daemonset-controller.md#api-rules).
 type daemonSetStrategy struct{}
 
 // defaultDaemonSet applies SetDefaults_DaemonSet and the pod-template defaults.

@@ -16,7 +16,9 @@ import (
 )
 
 // defaultPodSpec applies core/v1 defaulting (SetDefaults_PodSpec and friends) to a pod
-// spec, for pods and for the templates of DaemonSets alike.
+// spec, for pods and for the templates of DaemonSets alike. What upstream defaults on Pod
+// objects only is in defaultPodOnly: a template must come out as a real cluster stores it,
+// or the ControllerRevision hash of the same manifest would differ from a real cluster's.
 func defaultPodSpec(spec *corev1.PodSpec) {
 	if spec.RestartPolicy == "" {
 		spec.RestartPolicy = corev1.RestartPolicyAlways
@@ -33,10 +35,6 @@ func defaultPodSpec(spec *corev1.PodSpec) {
 	}
 	if spec.SecurityContext == nil {
 		spec.SecurityContext = &corev1.PodSecurityContext{}
-	}
-	if spec.EnableServiceLinks == nil {
-		t := true
-		spec.EnableServiceLinks = &t
 	}
 	if spec.HostNetwork {
 		// Host-network pods publish their container ports on the host.
@@ -79,13 +77,26 @@ func defaultContainer(c *corev1.Container) {
 			c.Ports[i].Protocol = corev1.ProtocolTCP
 		}
 	}
-	// Limits without requests request the limits (SetDefaults_Pod).
-	for name, q := range c.Resources.Limits {
-		if _, ok := c.Resources.Requests[name]; !ok {
-			if c.Resources.Requests == nil {
-				c.Resources.Requests = corev1.ResourceList{}
+}
+
+// defaultPodOnly applies what upstream's SetDefaults_Pod adds for Pod objects, not for pod
+// templates: service links on, and limits without requests requested.
+func defaultPodOnly(spec *corev1.PodSpec) {
+	if spec.EnableServiceLinks == nil {
+		t := corev1.DefaultEnableServiceLinks
+		spec.EnableServiceLinks = &t
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			c := &cs[i]
+			for name, q := range c.Resources.Limits {
+				if _, ok := c.Resources.Requests[name]; !ok {
+					if c.Resources.Requests == nil {
+						c.Resources.Requests = corev1.ResourceList{}
+					}
+					c.Resources.Requests[name] = q.DeepCopy()
+				}
 			}
-			c.Resources.Requests[name] = q.DeepCopy()
 		}
 	}
 }
@@ -361,6 +372,7 @@ type podStrategy struct{}
 func (podStrategy) prepareForCreate(obj runtime.Object, now time.Time) {
 	pod := obj.(*corev1.Pod)
 	defaultPodSpec(&pod.Spec)
+	defaultPodOnly(&pod.Spec)
 	addDefaultTolerations(&pod.Spec)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: qosClass(pod)}
 	if pod.Spec.NodeName != "" {
@@ -377,6 +389,7 @@ func (podStrategy) validate(obj runtime.Object) field.ErrorList {
 func (podStrategy) prepareForUpdate(obj, old runtime.Object, _ time.Time) {
 	pod := obj.(*corev1.Pod)
 	defaultPodSpec(&pod.Spec)
+	defaultPodOnly(&pod.Spec)
 	pod.Status = old.(*corev1.Pod).Status
 }
 

@@ -632,7 +632,7 @@ func testWatchOrder(t *testing.T, b backend) {
 		return
 	}
 	events := collect(t, ch, len(written))
-	var last int64 = start
+	last := start
 	seen := map[change]int{}
 	for _, ev := range events {
 		if ev.Revision <= last {

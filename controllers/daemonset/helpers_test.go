@@ -309,10 +309,6 @@ func withMinReady(s int32) dsOpt {
 	return func(ds *appsv1.DaemonSet) { ds.Spec.MinReadySeconds = s }
 }
 
-func withImage(img string) dsOpt {
-	return func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = img }
-}
-
 func withRequests(cpu string) dsOpt {
 	return func(ds *appsv1.DaemonSet) {
 		ds.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
