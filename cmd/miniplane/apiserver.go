@@ -20,7 +20,7 @@ func newAPIServerCommand() *cobra.Command {
 		Short: "Run the Kubernetes-compatible API server on etcd (embedded, or --etcd-servers)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loadConfig(b, cfg.Validate); err != nil {
+			if err := loadConfig(b, &cfg, configs.APIServer.Validate); err != nil {
 				return err
 			}
 			ctx := cmd.Context()

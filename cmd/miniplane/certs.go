@@ -35,7 +35,7 @@ With --owner UID:GID every file and folder under DIR is handed to that user, so 
 container writes into a host folder can be read and removed by the host user.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loadConfig(b, cfg.Validate); err != nil {
+			if err := loadConfig(b, &cfg, configs.Certs.Validate); err != nil {
 				return err
 			}
 			return credentials.EnsureDeployment(cfg, slog.Default())

@@ -24,7 +24,7 @@ elect one active instance through the Lease kube-system/kube-controller-manager.
 Serves /healthz, /readyz and /metrics on --health-listen.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loadConfig(b, cfg.ValidateStandalone); err != nil {
+			if err := loadConfig(b, &cfg, configs.ControllerManager.ValidateStandalone); err != nil {
 				return err
 			}
 			restConfig, err := restConfigFrom(cfg.Kubeconfig)

@@ -24,7 +24,7 @@ func newEtcdCommand() *cobra.Command {
 		Short: "Run one etcd member (alone, or as part of a cluster with --initial-cluster)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loadConfig(b, cfg.Validate); err != nil {
+			if err := loadConfig(b, &cfg, configs.Etcd.Validate); err != nil {
 				return err
 			}
 			ctx := cmd.Context()

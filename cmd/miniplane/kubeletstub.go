@@ -26,7 +26,7 @@ Faults can be injected at run time with node annotations (stub.miniplane.io/reje
 fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loadConfig(b, cfg.ValidateStandalone); err != nil {
+			if err := loadConfig(b, &cfg, configs.KubeletStub.ValidateStandalone); err != nil {
 				return err
 			}
 			return runKubeletStub(cmd.Context(), cfg)

@@ -27,7 +27,7 @@ func newProbeCommand() *cobra.Command {
 use it because the miniplane image holds nothing but this binary: no shell, curl or wget.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := loadConfig(b, cfg.Validate); err != nil {
+			if err := loadConfig(b, &cfg, configs.Probe.Validate); err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), cfg.Timeout)

@@ -58,11 +58,13 @@ func setupLogging(c configs.Logging) {
 	klog.SetSlogLogger(logger)
 }
 
-// loadConfig loads a command's configuration through its binding and checks it with
-// validate, naming a bad option the way the user set it.
-func loadConfig(b *configs.Binding, validate func() error) error {
+// loadConfig loads cfg through its binding and checks the loaded value with validate,
+// naming a bad option the way the user set it. validate is a method expression
+// (configs.Etcd.Validate) applied after loading: a method value (cfg.Validate) would copy
+// cfg before Load fills it and check the defaults instead.
+func loadConfig[T any](b *configs.Binding, cfg *T, validate func(T) error) error {
 	if err := b.Load(); err != nil {
 		return err
 	}
-	return b.Check(validate())
+	return b.Check(validate(*cfg))
 }

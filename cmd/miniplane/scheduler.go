@@ -25,7 +25,7 @@ and is retried with backoff. With --leader-elect, replicas elect one active inst
 the Lease kube-system/kube-scheduler. Serves /healthz, /readyz and /metrics on --health-listen.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loadConfig(b, cfg.ValidateStandalone); err != nil {
+			if err := loadConfig(b, &cfg, configs.Scheduler.ValidateStandalone); err != nil {
 				return err
 			}
 			restConfig, err := restConfigFrom(cfg.Kubeconfig)
