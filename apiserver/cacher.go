@@ -109,6 +109,10 @@ type cacher struct {
 
 	progressMu   sync.Mutex
 	lastProgress time.Time
+
+	// onEvent, when set, is told of every change applied, with the object's key and
+	// namespace; it runs under mu and must be quick.
+	onEvent func(key, namespace string)
 }
 
 func newCacher(res *resource, st cacheSource, root string, historySize int, clk clock.Clock, log *slog.Logger) *cacher {
@@ -242,6 +246,9 @@ func (c *cacher) apply(ev store.Event) error {
 		}
 	}
 	c.setRVLocked(ev.Revision)
+	if c.onEvent != nil {
+		c.onEvent(cur.key, cur.namespace)
+	}
 	return nil
 }
 

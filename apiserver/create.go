@@ -1,8 +1,10 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -79,7 +81,6 @@ func (c *call) checkBodyNamespace(m metav1.Object) error {
 
 // createObject runs the create rules on obj and stores it (unless dryRun).
 func (c *call) createObject(obj runtime.Object, dryRun bool) (runtime.Object, error) {
-	res := c.info.res
 	m, _ := meta.Accessor(obj)
 	if m.GetResourceVersion() != "" {
 		return nil, badRequest("resourceVersion should not be set on objects to be created")
@@ -87,12 +88,23 @@ func (c *call) createObject(obj runtime.Object, dryRun bool) (runtime.Object, er
 	if err := c.authorizeNodeObject(obj); err != nil {
 		return nil, err
 	}
+	created, err := c.s.createStored(c.r.Context(), c.info.res, obj, dryRun)
+	c.info.name = m.GetName()
+	return created, err
+}
+
+// createStored creates obj as every create does, from a request or from the server
+// itself: namespace lifecycle, server-owned metadata and the kind's defaults, admission,
+// validation, the values the kind takes from a pool, then the write.
+func (s *Server) createStored(ctx context.Context, res *resource, obj runtime.Object, dryRun bool) (runtime.Object, error) {
+	m, _ := meta.Accessor(obj)
 	if res.namespaced {
-		if err := c.s.checkNamespaceOpen(c.r.Context(), m.GetNamespace(), res, m.GetName()); err != nil {
+		if err := s.checkNamespaceOpen(ctx, m.GetNamespace(), res, m.GetName()); err != nil {
 			return nil, err
 		}
 	}
-	c.s.prepareForCreate(res, obj, c.now())
+	now := metav1.NewTime(s.clock.Now().Truncate(time.Second))
+	s.prepareForCreate(res, obj, now)
 	generated := m.GetName() == "" && m.GetGenerateName() != ""
 	for attempt := 0; ; attempt++ {
 		if generated {
@@ -102,19 +114,38 @@ func (c *call) createObject(obj runtime.Object, dryRun bool) (runtime.Object, er
 			}
 			m.SetName(base + rand.String(5))
 		}
-		c.info.name = m.GetName()
-		if errs := c.s.validateCreate(res, obj); len(errs) > 0 {
+		a := &admission{op: opCreate, res: res, obj: obj, namespace: m.GetNamespace(), name: m.GetName(), dryRun: dryRun}
+		if err := s.admit(ctx, a, mutating); err != nil {
+			return nil, err
+		}
+		if errs := s.validateCreate(res, obj); len(errs) > 0 {
 			return nil, apierrors.NewInvalid(res.gvk().GroupKind(), m.GetName(), errs)
+		}
+		if err := s.admit(ctx, a, validating); err != nil {
+			return nil, err
+		}
+		undo := func() {}
+		if pu, ok := res.strategy.(poolUser); ok {
+			var err error
+			if undo, err = pu.allocate(ctx, obj, nil, dryRun); err != nil {
+				return nil, err
+			}
 		}
 		if dryRun {
 			return obj, nil
 		}
-		created, err := c.s.store.Create(c.r.Context(), c.key(m.GetNamespace(), m.GetName()), obj, res.ttl)
+		created, err := s.store.Create(ctx, res.key(s.cfg.EtcdPrefix, m.GetNamespace(), m.GetName()), obj, res.ttl)
+		if err != nil {
+			undo()
+		}
 		if errors.Is(err, store.ErrAlreadyExists) && generated && attempt < generateNameAttempts {
 			continue
 		}
 		if errors.Is(err, store.ErrAlreadyExists) {
 			return nil, apierrors.NewAlreadyExists(res.groupResource(), m.GetName())
+		}
+		if err == nil {
+			s.afterCreate(ctx, res, created)
 		}
 		return created, err
 	}

@@ -134,6 +134,11 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 			}
 		}
 		m, _ := meta.Accessor(cur)
+		if res.checkDelete != nil {
+			if err := res.checkDelete(cur); err != nil {
+				return nil, apierrors.NewForbidden(res.groupResource(), name, err)
+			}
+		}
 		if p := opts.Preconditions; p != nil {
 			if p.UID != nil && *p.UID != m.GetUID() {
 				return nil, apierrors.NewConflict(res.groupResource(), name,
@@ -173,6 +178,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		return nil, false, err
 	}
 	if gone {
+		s.removed(ctx, res, last)
 		// Report the object as it was when it was removed.
 		m, _ := meta.Accessor(last)
 		if m.GetDeletionTimestamp() == nil {
@@ -183,6 +189,14 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 		}
 	}
 	return last, gone, nil
+}
+
+// removed does what follows the removal of obj, an object of res: what it held from a pool
+// goes back.
+func (s *Server) removed(ctx context.Context, res *resource, obj runtime.Object) {
+	if pu, ok := res.strategy.(poolUser); ok {
+		pu.release(ctx, nil, obj)
+	}
 }
 
 // pendingGraceShorterOrEqual reports whether an object already being deleted waits no

@@ -115,8 +115,14 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
 			StorageVersionHash: storageVersionHash(res),
 		})
 		for _, sub := range res.subresources {
-			list.APIResources = append(list.APIResources, metav1.APIResource{Name: res.name + "/" + sub.name,
-				Namespaced: res.namespaced, Kind: res.subresourceKind(&sub), Verbs: sub.verbs})
+			ar := metav1.APIResource{Name: res.name + "/" + sub.name,
+				Namespaced: res.namespaced, Kind: res.subresourceKind(&sub), Verbs: sub.verbs}
+			if sub.kindGroupVersion != nil {
+				// Clients find the kind's group this way (kubectl drain finds policy/v1
+				// Eviction, or deletes pods instead of evicting them).
+				ar.Group, ar.Version = sub.kindGroupVersion.Group, sub.kindGroupVersion.Version
+			}
+			list.APIResources = append(list.APIResources, ar)
 		}
 	}
 	sort.SliceStable(list.APIResources, func(i, j int) bool { return list.APIResources[i].Name < list.APIResources[j].Name })

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -48,9 +47,9 @@ func newRegistry() *registry {
 }
 
 // newBuiltinRegistry registers the kinds every miniplane serves.
-func newBuiltinRegistry(eventTTL time.Duration) (*registry, error) {
+func newBuiltinRegistry(deps builtinDeps) (*registry, error) {
 	reg := newRegistry()
-	for _, r := range builtinResources(eventTTL) {
+	for _, r := range builtinResources(deps) {
 		if err := reg.register(r); err != nil {
 			return nil, err
 		}
@@ -122,6 +121,18 @@ func (reg *registry) lookup(group, version, name string) *resource {
 	reg.mu.RLock()
 	defer reg.mu.RUnlock()
 	return reg.byGVR[schema.GroupVersionResource{Group: group, Version: version, Resource: name}]
+}
+
+// lookupGroupResource returns the resource served as group/resource, whatever its version,
+// or nil.
+func (reg *registry) lookupGroupResource(gr schema.GroupResource) *resource {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	version, ok := reg.versions[gr.Group]
+	if !ok {
+		return nil
+	}
+	return reg.byGVR[gr.WithVersion(version)]
 }
 
 // lookupKind returns the resource that serves gvk, or nil.

@@ -21,19 +21,19 @@ import (
 // builtinRegistry returns the registry every server starts with.
 func builtinRegistry(t *testing.T) *registry {
 	t.Helper()
-	reg, err := newBuiltinRegistry(time.Hour)
+	reg, err := newBuiltinRegistry(builtinDeps{eventTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return reg
 }
 
-// configMapResource is a valid entry for a kind miniplane does not serve yet, the way
-// the next kinds will be registered. Registration never calls the strategy, so any will do.
-func configMapResource() *resource {
+// podTemplateResource is a valid entry for a kind miniplane does not serve, the way a
+// new kind is registered. Registration never calls the strategy, so any will do.
+func podTemplateResource() *resource {
 	return &resource{
-		version: "v1", name: "configmaps", kind: "ConfigMap", singular: "configmap", namespaced: true,
-		newFunc: func() runtime.Object { return &corev1.ConfigMap{} }, newListFunc: func() runtime.Object { return &corev1.ConfigMapList{} },
+		version: "v1", name: "podtemplates", kind: "PodTemplate", singular: "podtemplate", namespaced: true,
+		newFunc: func() runtime.Object { return &corev1.PodTemplate{} }, newListFunc: func() runtime.Object { return &corev1.PodTemplateList{} },
 		strategy: leaseStrategy{},
 	}
 }
@@ -51,17 +51,17 @@ func TestRegister(t *testing.T) {
 		{"no strategy", func(r *resource) { r.strategy = nil }, "lacks strategy"},
 		{"no Go types", func(r *resource) { r.newFunc, r.newListFunc = nil, nil }, "lacks newFunc, newListFunc"},
 		{"no version", func(r *resource) { r.version = "" }, "lacks version"},
-		{"upper-case name", func(r *resource) { r.name = "ConfigMaps" }, "must be lower case"},
+		{"upper-case name", func(r *resource) { r.name = "PodTemplates" }, "must be lower case"},
 		{"subresource twice", func(r *resource) { r.subresources = []subresource{statusSubresource, statusSubresource} }, `subresource "status" needs a unique name`},
 		{"subresource without verbs", func(r *resource) { r.subresources = []subresource{{name: "scale"}} }, `subresource "scale" needs a unique name and verbs`},
 		{"metadata field declared", func(r *resource) {
-			r.fields = fieldsOf(map[string]func(*corev1.ConfigMap) string{"metadata.name": func(cm *corev1.ConfigMap) string { return cm.Name }})
+			r.fields = fieldsOf(map[string]func(*corev1.PodTemplate) string{"metadata.name": func(pt *corev1.PodTemplate) string { return pt.Name }})
 		}, "metadata.name is selectable for every kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := builtinRegistry(t)
 			before := len(reg.resources())
-			r := configMapResource()
+			r := podTemplateResource()
 			tc.change(r)
 			err := reg.register(r)
 			if tc.wantErr == "" {
@@ -111,15 +111,24 @@ func TestLookup(t *testing.T) {
 			t.Errorf("lookupKind(%s) does not find the entry lookup found", r.gvk())
 		}
 	}
-	if r := reg.lookupKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}); r != nil {
-		t.Errorf("lookupKind(ConfigMap) = %v, want nothing", r)
+	if r := reg.lookupKind(schema.GroupVersionKind{Version: "v1", Kind: "PodTemplate"}); r != nil {
+		t.Errorf("lookupKind(PodTemplate) = %v, want nothing", r)
 	}
-	want := []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"}}
+	want := []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
+		{Group: "batch", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "scheduling.k8s.io", Version: "v1"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1"}, {Group: "networking.k8s.io", Version: "v1"}, {Group: "discovery.k8s.io", Version: "v1"}}
 	if got := reg.groupVersions(); !reflect.DeepEqual(got, want) {
 		t.Errorf("groupVersions = %v, want %v", got, want)
 	}
-	if got := reg.inGroupVersion("apps", "v1"); len(got) != 2 || got[0].name != "daemonsets" || got[1].name != "controllerrevisions" {
-		t.Errorf("inGroupVersion(apps/v1) = %v, want daemonsets then controllerrevisions", got)
+	var apps []string
+	for _, r := range reg.inGroupVersion("apps", "v1") {
+		apps = append(apps, r.name)
+	}
+	if want := []string{"daemonsets", "controllerrevisions", "deployments", "replicasets", "statefulsets"}; !reflect.DeepEqual(apps, want) {
+		t.Errorf("inGroupVersion(apps/v1) = %v, want %v", apps, want)
+	}
+	if r := reg.lookupGroupResource(schema.GroupResource{Group: "policy", Resource: "poddisruptionbudgets"}); r == nil || r.kind != "PodDisruptionBudget" {
+		t.Errorf("lookupGroupResource(poddisruptionbudgets.policy) = %v, want PodDisruptionBudget", r)
 	}
 }
 
@@ -155,7 +164,7 @@ func TestBuiltinResourcesConsistent(t *testing.T) {
 				t.Errorf("storage name %q differs from the resource name %q", r.storageName(), r.name)
 			}
 			for _, sub := range r.subresources {
-				if _, err := clientscheme.Scheme.New(r.gvk().GroupVersion().WithKind(r.subresourceKind(&sub))); err != nil {
+				if _, err := clientscheme.Scheme.New(r.subresourceGVK(&sub)); err != nil {
 					t.Errorf("subresource %s: client-go does not know its kind: %v", sub.name, err)
 				}
 			}
@@ -281,7 +290,7 @@ func TestRegisterWhileServing(t *testing.T) {
 		}()
 	}
 	for i := 0; i < 50; i++ {
-		r := configMapResource()
+		r := podTemplateResource()
 		r.group = "example.com"
 		r.name = "widgets" + strings.Repeat("x", i)
 		r.kind = "Widget" + strings.Repeat("X", i)

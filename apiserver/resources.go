@@ -6,8 +6,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -55,6 +61,16 @@ type deletionHolder interface {
 	holdsDeletion(obj runtime.Object) bool
 }
 
+// poolUser is implemented by the strategies of kinds whose objects hold values handed out
+// from a pool all objects share (a Service's cluster IP and node ports). The handlers call
+// allocate before an object is written (old is nil on create); undo when that write
+// fails; and release once a write succeeded, with obj the new state or nil when the
+// object is gone, so that what old held and obj no longer does goes back to the pool.
+type poolUser interface {
+	allocate(ctx context.Context, obj, old runtime.Object, dryRun bool) (undo func(), err error)
+	release(ctx context.Context, obj, old runtime.Object)
+}
+
 // deleteFunc deletes one object of res and returns its last state and whether it is gone.
 // authorize, when not nil, must accept the stored object before anything changes.
 type deleteFunc func(s *Server, ctx context.Context, res *resource, namespace, name string,
@@ -81,6 +97,9 @@ type subresource struct {
 	verbs metav1.Verbs
 	// kind is what it takes or returns when that is not the resource's kind (Binding).
 	kind string
+	// kindGroupVersion is the group/version of kind when it is not the resource's
+	// (policy/v1 Eviction); nil means the resource's.
+	kindGroupVersion *schema.GroupVersion
 	// serve handles every request to it. nil means the verb handlers serve it as a view
 	// of the object, with the strategy's status rules (status).
 	serve func(c *call)
@@ -123,6 +142,13 @@ type resource struct {
 	ttl time.Duration
 	// nodeNameOf names the node an object belongs to, for node authorization.
 	nodeNameOf func(obj runtime.Object) string
+	// checkDelete, when set, may refuse to delete an object (the system PriorityClasses);
+	// its error becomes a 403.
+	checkDelete func(obj runtime.Object) error
+	// notRunBy names the controller miniplane does not run for this kind (Deployments):
+	// every new object gets a Warning event saying so, so that nobody mistakes it for
+	// running.
+	notRunBy string
 
 	// cache is the resource's watch cache, set before the resource is served.
 	cache *cacher
@@ -183,6 +209,14 @@ func (r *resource) subresourceKind(sub *subresource) string {
 	return r.kind
 }
 
+// subresourceGVK is the group/version/kind sub takes or returns.
+func (r *resource) subresourceGVK(sub *subresource) schema.GroupVersionKind {
+	if sub.kindGroupVersion != nil {
+		return sub.kindGroupVersion.WithKind(r.subresourceKind(sub))
+	}
+	return r.gvk().GroupVersion().WithKind(r.subresourceKind(sub))
+}
+
 // nameValidator is the rule for metadata.name.
 func (r *resource) nameValidator() apivalidation.ValidateNameFunc {
 	if r.validateName != nil {
@@ -213,9 +247,37 @@ func (r *resource) supportsField(f string) bool {
 	return ok
 }
 
+// builtinDeps are what the built-in kinds' strategies need from the server.
+type builtinDeps struct {
+	eventTTL time.Duration
+	// services hands out cluster IPs and node ports; nil in tests that serve no Service.
+	services *serviceAllocator
+	// quota counts quota usage; nil in tests that serve no ResourceQuota.
+	quota *quotaTracker
+}
+
 // builtinResources are the kinds every miniplane serves, in discovery order.
-func builtinResources(eventTTL time.Duration) []*resource {
-	return []*resource{
+func builtinResources(deps builtinDeps) []*resource {
+	var out []*resource
+	for _, group := range [][]*resource{coreResources(deps), appsResources(), otherResources()} {
+		out = append(out, group...)
+	}
+	return out
+}
+
+// listOf pairs the constructors of a kind and its list, for resource entries.
+func listOf[T, L any, PT interface {
+	*T
+	runtime.Object
+}, PL interface {
+	*L
+	runtime.Object
+}]() (func() runtime.Object, func() runtime.Object) {
+	return func() runtime.Object { return PT(new(T)) }, func() runtime.Object { return PL(new(L)) }
+}
+
+func coreResources(deps builtinDeps) []*resource {
+	out := []*resource{
 		{
 			version: "v1", name: "namespaces", kind: "Namespace", singular: "namespace",
 			shortNames: []string{"ns"}, subresources: []subresource{statusSubresource},
@@ -236,6 +298,7 @@ func builtinResources(eventTTL time.Duration) []*resource {
 			subresources: []subresource{
 				statusSubresource,
 				{name: "binding", kind: "Binding", verbs: metav1.Verbs{"create"}, serve: (*call).bind},
+				{name: "eviction", kind: "Eviction", kindGroupVersion: &policyv1.SchemeGroupVersion, verbs: metav1.Verbs{"create"}, serve: (*call).evict},
 				{name: "log", verbs: metav1.Verbs{"get"}, serve: (*call).podLog, getParams: []string{"container", "follow"}},
 			},
 			newFunc: func() runtime.Object { return &corev1.Pod{} }, newListFunc: func() runtime.Object { return &corev1.PodList{} },
@@ -246,8 +309,41 @@ func builtinResources(eventTTL time.Duration) []*resource {
 			version: "v1", name: "events", kind: "Event", singular: "event", namespaced: true,
 			shortNames: []string{"ev"},
 			newFunc:    func() runtime.Object { return &corev1.Event{} }, newListFunc: func() runtime.Object { return &corev1.EventList{} },
-			strategy: eventStrategy{}, fields: eventFields, ttl: eventTTL, allowCreateOnUpdate: true,
+			strategy: eventStrategy{}, fields: eventFields, ttl: deps.eventTTL, allowCreateOnUpdate: true,
 		},
+	}
+	newCM, newCMList := listOf[corev1.ConfigMap, corev1.ConfigMapList]()
+	newSecret, newSecretList := listOf[corev1.Secret, corev1.SecretList]()
+	newSA, newSAList := listOf[corev1.ServiceAccount, corev1.ServiceAccountList]()
+	newSvc, newSvcList := listOf[corev1.Service, corev1.ServiceList]()
+	newEp, newEpList := listOf[corev1.Endpoints, corev1.EndpointsList]()
+	newRQ, newRQList := listOf[corev1.ResourceQuota, corev1.ResourceQuotaList]()
+	newLR, newLRList := listOf[corev1.LimitRange, corev1.LimitRangeList]()
+	return append(out,
+		&resource{version: "v1", name: "configmaps", kind: "ConfigMap", singular: "configmap", namespaced: true,
+			shortNames: []string{"cm"}, newFunc: newCM, newListFunc: newCMList, strategy: configMapRules},
+		&resource{version: "v1", name: "secrets", kind: "Secret", singular: "secret", namespaced: true,
+			newFunc: newSecret, newListFunc: newSecretList, strategy: secretRules, fields: secretFields},
+		&resource{version: "v1", name: "serviceaccounts", kind: "ServiceAccount", singular: "serviceaccount", namespaced: true,
+			shortNames: []string{"sa"}, newFunc: newSA, newListFunc: newSAList, strategy: serviceAccountRules},
+		&resource{version: "v1", name: "services", kind: "Service", singular: "service", namespaced: true,
+			shortNames: []string{"svc"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			newFunc: newSvc, newListFunc: newSvcList, strategy: newServiceStrategy(deps.services), fields: serviceFields},
+		&resource{version: "v1", name: "endpoints", kind: "Endpoints", singular: "endpoints", namespaced: true,
+			shortNames: []string{"ep"}, newFunc: newEp, newListFunc: newEpList, strategy: endpointsRules},
+		&resource{version: "v1", name: "resourcequotas", kind: "ResourceQuota", singular: "resourcequota", namespaced: true,
+			shortNames: []string{"quota"}, subresources: []subresource{statusSubresource},
+			newFunc: newRQ, newListFunc: newRQList, strategy: quotaStrategy{kindRules: resourceQuotaRules, tracker: deps.quota}},
+		&resource{version: "v1", name: "limitranges", kind: "LimitRange", singular: "limitrange", namespaced: true,
+			shortNames: []string{"limits"}, newFunc: newLR, newListFunc: newLRList, strategy: limitRangeRules},
+	)
+}
+
+func appsResources() []*resource {
+	newDeploy, newDeployList := listOf[appsv1.Deployment, appsv1.DeploymentList]()
+	newRS, newRSList := listOf[appsv1.ReplicaSet, appsv1.ReplicaSetList]()
+	newSTS, newSTSList := listOf[appsv1.StatefulSet, appsv1.StatefulSetList]()
+	return []*resource{
 		{
 			group: "apps", version: "v1", name: "daemonsets", kind: "DaemonSet", singular: "daemonset", namespaced: true,
 			shortNames: []string{"ds"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
@@ -259,6 +355,31 @@ func builtinResources(eventTTL time.Duration) []*resource {
 			newFunc: func() runtime.Object { return &appsv1.ControllerRevision{} }, newListFunc: func() runtime.Object { return &appsv1.ControllerRevisionList{} },
 			strategy: controllerRevisionStrategy{},
 		},
+		{group: "apps", version: "v1", name: "deployments", kind: "Deployment", singular: "deployment", namespaced: true,
+			shortNames: []string{"deploy"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			newFunc: newDeploy, newListFunc: newDeployList, strategy: deploymentRules, tracksGeneration: true, notRunBy: "deployment"},
+		{group: "apps", version: "v1", name: "replicasets", kind: "ReplicaSet", singular: "replicaset", namespaced: true,
+			shortNames: []string{"rs"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			newFunc: newRS, newListFunc: newRSList, strategy: replicaSetRules, tracksGeneration: true, notRunBy: "replicaset"},
+		{group: "apps", version: "v1", name: "statefulsets", kind: "StatefulSet", singular: "statefulset", namespaced: true,
+			shortNames: []string{"sts"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			newFunc: newSTS, newListFunc: newSTSList, strategy: statefulSetRules, tracksGeneration: true, notRunBy: "statefulset"},
+	}
+}
+
+func otherResources() []*resource {
+	newJob, newJobList := listOf[batchv1.Job, batchv1.JobList]()
+	newCJ, newCJList := listOf[batchv1.CronJob, batchv1.CronJobList]()
+	newPDB, newPDBList := listOf[policyv1.PodDisruptionBudget, policyv1.PodDisruptionBudgetList]()
+	newPC, newPCList := listOf[schedulingv1.PriorityClass, schedulingv1.PriorityClassList]()
+	newRole, newRoleList := listOf[rbacv1.Role, rbacv1.RoleList]()
+	newRB, newRBList := listOf[rbacv1.RoleBinding, rbacv1.RoleBindingList]()
+	newCR, newCRList := listOf[rbacv1.ClusterRole, rbacv1.ClusterRoleList]()
+	newCRB, newCRBList := listOf[rbacv1.ClusterRoleBinding, rbacv1.ClusterRoleBindingList]()
+	newNP, newNPList := listOf[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList]()
+	newES, newESList := listOf[discoveryv1.EndpointSlice, discoveryv1.EndpointSliceList]()
+	const rbac = "rbac.authorization.k8s.io"
+	return []*resource{
 		{
 			group: "coordination.k8s.io", version: "v1", name: "leases", kind: "Lease", singular: "lease", namespaced: true,
 			newFunc: func() runtime.Object { return &coordinationv1.Lease{} }, newListFunc: func() runtime.Object { return &coordinationv1.LeaseList{} },
@@ -271,5 +392,34 @@ func builtinResources(eventTTL time.Duration) []*resource {
 				return l.Name
 			},
 		},
+		{group: "batch", version: "v1", name: "jobs", kind: "Job", singular: "job", namespaced: true,
+			categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			newFunc: newJob, newListFunc: newJobList, strategy: jobRules, tracksGeneration: true, notRunBy: "job"},
+		{group: "batch", version: "v1", name: "cronjobs", kind: "CronJob", singular: "cronjob", namespaced: true,
+			shortNames: []string{"cj"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			newFunc: newCJ, newListFunc: newCJList, strategy: cronJobRules, tracksGeneration: true, notRunBy: "cronjob"},
+		{group: "policy", version: "v1", name: "poddisruptionbudgets", kind: "PodDisruptionBudget", singular: "poddisruptionbudget", namespaced: true,
+			shortNames: []string{"pdb"}, subresources: []subresource{statusSubresource},
+			newFunc: newPDB, newListFunc: newPDBList, strategy: podDisruptionBudgetRules, tracksGeneration: true},
+		{group: "scheduling.k8s.io", version: "v1", name: "priorityclasses", kind: "PriorityClass", singular: "priorityclass",
+			shortNames: []string{"pc"}, newFunc: newPC, newListFunc: newPCList, strategy: priorityClassRules,
+			checkDelete: func(obj runtime.Object) error { return priorityClassDeletion(obj) }},
+		{group: rbac, version: "v1", name: "roles", kind: "Role", singular: "role", namespaced: true,
+			newFunc: newRole, newListFunc: newRoleList, strategy: roleRules, validateName: validateRBACName},
+		{group: rbac, version: "v1", name: "rolebindings", kind: "RoleBinding", singular: "rolebinding", namespaced: true,
+			newFunc: newRB, newListFunc: newRBList, strategy: roleBindingRules, validateName: validateRBACName},
+		{group: rbac, version: "v1", name: "clusterroles", kind: "ClusterRole", singular: "clusterrole",
+			newFunc: newCR, newListFunc: newCRList, strategy: clusterRoleRules, validateName: validateRBACName},
+		{group: rbac, version: "v1", name: "clusterrolebindings", kind: "ClusterRoleBinding", singular: "clusterrolebinding",
+			newFunc: newCRB, newListFunc: newCRBList, strategy: clusterRoleBindingRules, validateName: validateRBACName},
+		{group: "networking.k8s.io", version: "v1", name: "networkpolicies", kind: "NetworkPolicy", singular: "networkpolicy", namespaced: true,
+			shortNames: []string{"netpol"}, newFunc: newNP, newListFunc: newNPList, strategy: networkPolicyRules, tracksGeneration: true},
+		{group: "discovery.k8s.io", version: "v1", name: "endpointslices", kind: "EndpointSlice", singular: "endpointslice", namespaced: true,
+			newFunc: newES, newListFunc: newESList, strategy: endpointSliceRules},
 	}
 }
+
+// secretFields are the selectable fields of secrets, as kube-apiserver offers them.
+var secretFields = fieldsOf(map[string]func(*corev1.Secret) string{
+	"type": func(s *corev1.Secret) string { return string(s.Type) },
+})

@@ -46,6 +46,10 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	nsFinal *namespaceFinalizer
+	// services hands out Services' cluster IPs and node ports.
+	services *serviceAllocator
+	quota    *quotaTracker
+	budgets  *budgetTracker
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -74,26 +78,45 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	reg, err := newBuiltinRegistry(opts.Config.EventTTL)
+	cidr, err := opts.Config.ServiceCIDR()
+	if err != nil {
+		return nil, err
+	}
+	firstPort, lastPort, err := opts.Config.NodePortRange()
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg:   opts.Config,
-		store: opts.Store,
-		clock: opts.Clock,
-		log:   opts.Logger.With("component", "apiserver"),
-		reg:   reg,
-		authn: authn,
-		authz: &auth.Authorizer{AdminGroups: opts.Config.AdminGroups, ReadOnlyGroups: opts.Config.ReadOnlyGroups},
-		done:  make(chan struct{}),
-		errs:  make(chan error, 4),
+		cfg:      opts.Config,
+		store:    opts.Store,
+		clock:    opts.Clock,
+		log:      opts.Logger.With("component", "apiserver"),
+		authn:    authn,
+		authz:    &auth.Authorizer{AdminGroups: opts.Config.AdminGroups, ReadOnlyGroups: opts.Config.ReadOnlyGroups},
+		services: newServiceAllocator(opts.Store, opts.Config.EtcdPrefix, cidr, firstPort, lastPort),
+		done:     make(chan struct{}),
+		errs:     make(chan error, 4),
 	}
+	s.quota = newQuotaTracker(s)
+	s.budgets = newBudgetTracker(s)
+	if s.reg, err = newBuiltinRegistry(builtinDeps{eventTTL: opts.Config.EventTTL, services: s.services, quota: s.quota}); err != nil {
+		return nil, err
+	}
+	quotas := s.reg.lookupGroupResource(quotasResource)
 	for _, r := range s.reg.resources() {
 		// The watch cache paces its waits on etcd in real time even when the server's
 		// clock is a test's fake one: a fake clock that is not stepped must not stall
 		// consistent reads (see cacher.clock).
 		r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
+		// Every change may change what a quota of its namespace counts.
+		isQuota := r == quotas
+		r.cache.onEvent = func(key, namespace string) {
+			if isQuota {
+				s.quota.quotaChanged(key)
+			}
+			s.quota.changed(namespace)
+			s.budgets.changed(namespace)
+		}
 	}
 	s.metrics = newMetrics(s.reg)
 	s.nsFinal = newNamespaceFinalizer(s)
@@ -151,6 +174,8 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	go s.nsFinal.run(ctx)
+	go s.quota.run(ctx)
+	go s.budgets.run(ctx)
 
 	tlsConfig, err := s.tlsConfig()
 	if err != nil {
@@ -181,6 +206,11 @@ func (s *Server) Start(ctx context.Context) error {
 		s.log.Warn("serving plain HTTP without authentication", "address", iln.Addr().String())
 		go func() { s.errs <- ignoreClosed(insecure.Serve(iln)) }()
 	}
+	// The kubernetes Service names the port this server listens on, known only now.
+	if err := s.bootstrapObjects(ctx); err != nil {
+		return err
+	}
+	go s.runKubernetesEndpoints(ctx)
 	s.mu.Lock()
 	s.ready = true
 	s.mu.Unlock()

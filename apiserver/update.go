@@ -117,11 +117,18 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 	if co, ok := res.cache.get(key); ok {
 		suggestion = co.obj
 	}
-	var last runtime.Object
-	out, err := c.s.store.GuaranteedUpdate(c.r.Context(), key, func(cur runtime.Object) (runtime.Object, error) {
+	var last, before runtime.Object
+	removed := false
+	pool, _ := res.strategy.(poolUser)
+	undo := func() {}
+	ctx := c.r.Context()
+	out, err := c.s.store.GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
+		undo() // what an attempt that lost the compare-and-swap claimed
+		undo = func() {}
 		if err := c.authorizeNodeObject(cur); err != nil {
 			return nil, err
 		}
+		before = cur.DeepCopyObject()
 		next, err := newState(cur)
 		if err != nil {
 			return nil, err
@@ -130,14 +137,29 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 			return nil, err
 		}
 		last = next
+		if deletionComplete(res, next) && !dryRun {
+			removed = true
+			return nil, nil // the last finalizer is gone: the object goes
+		}
+		if pool != nil && !status {
+			if undo, err = pool.allocate(ctx, next, before, dryRun); err != nil {
+				undo = func() {}
+				return nil, err
+			}
+		}
 		if dryRun {
 			return nil, errDryRun{obj: next}
 		}
-		if deletionComplete(res, next) {
-			return nil, nil // the last finalizer is gone: the object goes
-		}
 		return next, nil
 	}, store.UpdateOptions{TTL: res.ttl, Suggestion: suggestion})
+	switch {
+	case err != nil:
+		undo()
+	case removed:
+		c.s.removed(ctx, res, before)
+	case pool != nil:
+		pool.release(ctx, last, before)
+	}
 	var dr errDryRun
 	switch {
 	case errors.As(err, &dr):

@@ -1,7 +1,10 @@
 package configs
 
 import (
+	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -57,6 +60,19 @@ type APIServer struct {
 	// MinRequestTimeout bounds watches that name no timeoutSeconds: each lasts a random
 	// time between this and twice this; default 30m, as kube-apiserver.
 	MinRequestTimeout time.Duration `mapstructure:"min-request-timeout" flag:"min-request-timeout" help:"watches without timeoutSeconds last between this and twice this"`
+
+	// ServiceClusterIPRange is the CIDR Services' cluster IPs are allocated from; its first
+	// address goes to the `kubernetes` Service. Default 10.96.0.0/12, as kubeadm. Changing it
+	// on a data dir that holds Services leaves their addresses as allocated. Flag
+	// --service-cluster-ip-range.
+	ServiceClusterIPRange string `mapstructure:"service-cluster-ip-range" flag:"service-cluster-ip-range" help:"CIDR Services' cluster IPs are allocated from"`
+	// ServiceNodePortRange is the port range NodePort Services get their ports from, as
+	// FIRST-LAST; default 30000-32767, as kube-apiserver. Flag --service-node-port-range.
+	ServiceNodePortRange string `mapstructure:"service-node-port-range" flag:"service-node-port-range" help:"port range of NodePort Services, FIRST-LAST"`
+	// AdvertiseAddress is the IP the `kubernetes` Service's endpoints name; default the
+	// host of Listen, or the first non-loopback address when Listen's host is unspecified.
+	// Flag --advertise-address.
+	AdvertiseAddress string `mapstructure:"advertise-address" flag:"advertise-address" help:"IP the kubernetes Service's endpoints name (default: the host of --listen)"`
 }
 
 // DefaultAPIServer returns the secure loopback defaults.
@@ -73,6 +89,9 @@ func DefaultAPIServer() APIServer {
 		MaxRequestBodyBytes: 3 << 20,
 		WatchCacheEvents:    10000,
 		MinRequestTimeout:   30 * time.Minute,
+
+		ServiceClusterIPRange: "10.96.0.0/12",
+		ServiceNodePortRange:  "30000-32767",
 	}
 }
 
@@ -116,5 +135,44 @@ func (c APIServer) Validate() error {
 	case c.MinRequestTimeout <= 0:
 		return invalid("min-request-timeout", "must be positive")
 	}
+	if _, err := c.ServiceCIDR(); err != nil {
+		return invalidf("service-cluster-ip-range", "%v", err)
+	}
+	if _, _, err := c.NodePortRange(); err != nil {
+		return invalidf("service-node-port-range", "%v", err)
+	}
+	if c.AdvertiseAddress != "" && net.ParseIP(c.AdvertiseAddress) == nil {
+		return invalidf("advertise-address", "%q is not an IP address", c.AdvertiseAddress)
+	}
 	return nil
+}
+
+// ServiceCIDR parses ServiceClusterIPRange. Like kube-apiserver it takes an IPv4 range of
+// at least 8 addresses and at most 2^20 (a /12), since every address is tracked.
+func (c APIServer) ServiceCIDR() (*net.IPNet, error) {
+	ip, cidr, err := net.ParseCIDR(c.ServiceClusterIPRange)
+	if err != nil {
+		return nil, fmt.Errorf("%q: want a CIDR such as 10.96.0.0/12", c.ServiceClusterIPRange)
+	}
+	if ip.To4() == nil {
+		return nil, fmt.Errorf("%q: only IPv4 service ranges are supported", c.ServiceClusterIPRange)
+	}
+	if !ip.Equal(cidr.IP) {
+		return nil, fmt.Errorf("%q: host bits are set; the range starts at %s", c.ServiceClusterIPRange, cidr.IP)
+	}
+	if ones, _ := cidr.Mask.Size(); ones < 12 || ones > 29 {
+		return nil, fmt.Errorf("%q: the prefix length must be between /12 and /29", c.ServiceClusterIPRange)
+	}
+	return cidr, nil
+}
+
+// NodePortRange parses ServiceNodePortRange into its first and last port.
+func (c APIServer) NodePortRange() (first, last int, err error) {
+	a, b, ok := strings.Cut(c.ServiceNodePortRange, "-")
+	first, err1 := strconv.Atoi(strings.TrimSpace(a))
+	last, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || first < 1 || last > 65535 || first > last {
+		return 0, 0, fmt.Errorf("%q: want FIRST-LAST, two ports with FIRST <= LAST, such as 30000-32767", c.ServiceNodePortRange)
+	}
+	return first, last, nil
 }

@@ -114,10 +114,12 @@ func Start(ctx context.Context, cfg Config) (cp *ControlPlane, err error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	cp = &ControlPlane{cancel: cancel, KubeconfigPath: filepath.Join(cfg.DataDir, "kubeconfig"), failed: make(chan error, 1)}
+	started := &ControlPlane{cancel: cancel, KubeconfigPath: filepath.Join(cfg.DataDir, "kubeconfig"), failed: make(chan error, 1)}
+	cp = started
+	// Stop what started when a later step fails; `return nil, err` has cleared cp by then.
 	defer func() {
 		if err != nil {
-			cp.Stop()
+			started.Stop()
 		}
 	}()
 	if cp.tokens, err = credentials.EnsureTokens(cfg.APIServer.TokenFile, identities(cfg)); err != nil {

@@ -1,0 +1,268 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/miniplane/miniplane/store"
+)
+
+// Admission runs between decoding and storage, in the order kube-apiserver runs the plugins
+// miniplane has: NamespaceLifecycle (checkNamespaceOpen, before everything), then the
+// mutating ServiceAccount and Priority plugins, then the kind's own validation, then the
+// validating ResourceQuota plugin, which charges the quota last, so that nothing refused
+// later has been counted.
+
+// admissionOp is the operation being admitted.
+type admissionOp string
+
+const (
+	opCreate admissionOp = "CREATE"
+	opUpdate admissionOp = "UPDATE"
+)
+
+// admissionPhase says whether a plugin may change the object (mutating, before
+// validation) or only accept or refuse it (validating, after validation).
+type admissionPhase int
+
+const (
+	mutating admissionPhase = iota
+	validating
+)
+
+// admission is one write on its way through the plugins.
+type admission struct {
+	op              admissionOp
+	res             *resource
+	obj, old        runtime.Object // old is nil on create
+	namespace, name string
+	dryRun          bool
+}
+
+// is reports whether the write is to the resource group/name (its main resource).
+func (a *admission) is(gr schema.GroupResource) bool { return a.res.groupResource() == gr }
+
+// forbidden is the error a plugin refuses a write with, as admission.NewForbidden words it.
+func (a *admission) forbidden(err error) error {
+	return apierrors.NewForbidden(a.res.groupResource(), a.name, err)
+}
+
+type admissionPlugin struct {
+	name  string
+	phase admissionPhase
+	admit func(s *Server, ctx context.Context, a *admission) error
+}
+
+// admissionPlugins run in this order.
+var admissionPlugins = []admissionPlugin{
+	{name: "ServiceAccount", phase: mutating, admit: admitServiceAccount},
+	{name: "Priority", phase: mutating, admit: admitPriority},
+	{name: "ResourceQuota", phase: validating, admit: admitQuota},
+}
+
+// admit runs the plugins of one phase.
+func (s *Server) admit(ctx context.Context, a *admission, phase admissionPhase) error {
+	for _, p := range admissionPlugins {
+		if p.phase != phase {
+			continue
+		}
+		if err := p.admit(s, ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var (
+	podsResource            = corev1.Resource("pods")
+	serviceAccountsResource = corev1.Resource("serviceaccounts")
+	priorityClassesResource = schedulingv1.Resource("priorityclasses")
+)
+
+// defaultServiceAccountName is the ServiceAccount every namespace has and pods run as
+// unless they name another.
+const defaultServiceAccountName = "default"
+
+// admitServiceAccount is the ServiceAccount plugin without token mounting: a pod runs as
+// the namespace's default ServiceAccount unless it names one, and the one it runs as must
+// exist.
+func admitServiceAccount(s *Server, ctx context.Context, a *admission) error {
+	if a.op != opCreate || !a.is(podsResource) {
+		return nil
+	}
+	pod := a.obj.(*corev1.Pod)
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return nil
+	}
+	if pod.Spec.ServiceAccountName == "" {
+		pod.Spec.ServiceAccountName = defaultServiceAccountName
+	}
+	pod.Spec.DeprecatedServiceAccount = pod.Spec.ServiceAccountName //nolint:staticcheck // set as kube-apiserver sets it
+	if _, err := s.lookup(ctx, serviceAccountsResource, a.namespace, pod.Spec.ServiceAccountName); err != nil {
+		return a.forbidden(fmt.Errorf("error looking up service account %s/%s: %w", a.namespace, pod.Spec.ServiceAccountName, err))
+	}
+	return nil
+}
+
+// admitPriority is the Priority plugin: a pod's priority comes from its PriorityClass (or
+// the global default one), and only one class may be the global default.
+func admitPriority(s *Server, ctx context.Context, a *admission) error {
+	switch {
+	case a.is(podsResource) && a.op == opCreate:
+		return admitPodPriority(s, ctx, a)
+	case a.is(priorityClassesResource):
+		pc := a.obj.(*schedulingv1.PriorityClass)
+		if !pc.GlobalDefault {
+			return nil
+		}
+		for _, other := range s.cached(priorityClassesResource, "") {
+			o := other.(*schedulingv1.PriorityClass)
+			if o.GlobalDefault && o.Name != pc.Name {
+				return a.forbidden(fmt.Errorf("PriorityClass %v is already marked as default. Only one default can exist", o.Name))
+			}
+		}
+	}
+	return nil
+}
+
+func admitPodPriority(s *Server, ctx context.Context, a *admission) error {
+	pod := a.obj.(*corev1.Pod)
+	var priority int32
+	policy := corev1.PreemptLowerPriority
+	if pod.Spec.PriorityClassName == "" {
+		if def := defaultPriorityClass(s); def != nil {
+			pod.Spec.PriorityClassName, priority = def.Name, def.Value
+			if def.PreemptionPolicy != nil {
+				policy = *def.PreemptionPolicy
+			}
+		}
+	} else {
+		obj, err := s.lookup(ctx, priorityClassesResource, "", pod.Spec.PriorityClassName)
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				return a.forbidden(fmt.Errorf("no PriorityClass with name %v was found", pod.Spec.PriorityClassName))
+			}
+			return err
+		}
+		pc := obj.(*schedulingv1.PriorityClass)
+		priority = pc.Value
+		if pc.PreemptionPolicy != nil {
+			policy = *pc.PreemptionPolicy
+		}
+	}
+	if pod.Spec.Priority != nil && *pod.Spec.Priority != priority {
+		return a.forbidden(fmt.Errorf("the integer value of priority (%d) must not be provided in pod spec; priority admission controller computed %d from the given PriorityClass name", *pod.Spec.Priority, priority))
+	}
+	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy != policy {
+		return a.forbidden(fmt.Errorf("the string value of PreemptionPolicy (%s) must not be provided in pod spec; priority admission controller computed %s from the given PriorityClass name", *pod.Spec.PreemptionPolicy, policy))
+	}
+	pod.Spec.Priority, pod.Spec.PreemptionPolicy = &priority, &policy
+	return nil
+}
+
+// defaultPriorityClass is the global default PriorityClass, the lowest-valued one should
+// several claim it.
+func defaultPriorityClass(s *Server) *schedulingv1.PriorityClass {
+	var def *schedulingv1.PriorityClass
+	for _, obj := range s.cached(priorityClassesResource, "") {
+		pc := obj.(*schedulingv1.PriorityClass)
+		if pc.GlobalDefault && (def == nil || pc.Value < def.Value) {
+			def = pc
+		}
+	}
+	return def
+}
+
+// lookup reads one object of a served resource: from its watch cache, or from etcd when
+// the cache has not seen it (it may have been created a moment ago). The error is a
+// NotFound status when there is no such object.
+func (s *Server) lookup(ctx context.Context, gr schema.GroupResource, namespace, name string) (runtime.Object, error) {
+	res := s.reg.lookupGroupResource(gr)
+	if res == nil {
+		return nil, fmt.Errorf("apiserver: %s is not served", gr)
+	}
+	key := res.key(s.cfg.EtcdPrefix, namespace, name)
+	if co, ok := res.cache.get(key); ok {
+		return co.obj, nil
+	}
+	obj, err := s.store.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, apierrors.NewNotFound(gr, name)
+	}
+	return obj, err
+}
+
+// cached returns the objects of a served resource in one namespace ("" for all) as its
+// watch cache holds them, sorted by name. Callers must not modify them.
+func (s *Server) cached(gr schema.GroupResource, namespace string) []runtime.Object {
+	res := s.reg.lookupGroupResource(gr)
+	if res == nil {
+		return nil
+	}
+	items, _ := res.cache.list(&watchFilter{namespace: namespace})
+	out := make([]runtime.Object, len(items))
+	for i, it := range items {
+		out[i] = it.obj
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].(metav1.Object).GetName() < out[j].(metav1.Object).GetName()
+	})
+	return out
+}
+
+// afterCreate does what follows the creation of an object: a namespace gets its default
+// ServiceAccount at once (kube-controller-manager's ServiceAccount controller does it a
+// moment later, which makes a pod created right after its namespace fail); a kind
+// miniplane runs no controller for gets an event saying so.
+func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Object) {
+	m := obj.(metav1.Object)
+	if res == s.namespaces() {
+		s.ensureDefaultServiceAccount(ctx, m.GetName())
+	}
+	if res.notRunBy != "" {
+		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NoController", fmt.Sprintf(
+			"miniplane runs no %s controller: this %s is stored and served, but nothing acts on it (no pods are created for it)",
+			res.notRunBy, res.kind))
+	}
+}
+
+// ensureDefaultServiceAccount creates the namespace's default ServiceAccount if it is
+// missing.
+func (s *Server) ensureDefaultServiceAccount(ctx context.Context, namespace string) {
+	res := s.reg.lookupGroupResource(serviceAccountsResource)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: defaultServiceAccountName, Namespace: namespace}}
+	_, err := s.createStored(ctx, res, sa, false)
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		s.log.Warn("default service account not created", "namespace", namespace, "err", err)
+	}
+}
+
+// recordEvent writes an event about obj, reported by the API server.
+func (s *Server) recordEvent(ctx context.Context, res *resource, obj runtime.Object, eventType, reason, message string) {
+	m := obj.(metav1.Object)
+	now := metav1.NewTime(s.clock.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.GetNamespace(), Name: fmt.Sprintf("%s.%x", m.GetName(), now.UnixNano())},
+		InvolvedObject: corev1.ObjectReference{Kind: res.kind, APIVersion: res.apiVersion(), Namespace: m.GetNamespace(),
+			Name: m.GetName(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion()},
+		Reason: reason, Message: message, Type: eventType, Count: 1,
+		FirstTimestamp: now, LastTimestamp: now,
+		Source:              corev1.EventSource{Component: "miniplane-apiserver"},
+		ReportingController: "miniplane-apiserver",
+	}
+	if ev.Namespace == "" {
+		ev.Namespace = metav1.NamespaceDefault
+	}
+	if _, err := s.createStored(ctx, s.reg.lookupGroupResource(corev1.Resource("events")), ev, false); err != nil {
+		s.log.Warn("event not recorded", "reason", reason, "object", m.GetName(), "err", err)
+	}
+}
