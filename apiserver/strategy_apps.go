@@ -181,9 +181,8 @@ func validateDaemonSetUpdateStrategy(s *appsv1.DaemonSetUpdateStrategy, p *field
 	var errs field.ErrorList
 	errs = append(errs, validateIntOrPercent(s.RollingUpdate.MaxUnavailable, rp.Child("maxUnavailable"))...)
 	errs = append(errs, validateIntOrPercent(s.RollingUpdate.MaxSurge, rp.Child("maxSurge"))...)
-	if len(errs) > 0 {
-		return errs
-	}
+	// Like upstream, the exclusivity rules are checked even when a value above was
+	// invalid (it then counts as 0), so one request reports every problem.
 	unavailableZero := isZeroIntOrPercent(s.RollingUpdate.MaxUnavailable)
 	surgeZero := isZeroIntOrPercent(s.RollingUpdate.MaxSurge)
 	switch {
