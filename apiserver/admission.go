@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -124,7 +125,11 @@ func admitPriority(s *Server, ctx context.Context, a *admission) error {
 		if !pc.GlobalDefault {
 			return nil
 		}
-		for _, other := range s.cached(priorityClassesResource, "") {
+		classes, err := s.cachedOwn(ctx, priorityClassesResource, "")
+		if err != nil {
+			return err
+		}
+		for _, other := range classes {
 			o := other.(*schedulingv1.PriorityClass)
 			if o.GlobalDefault && o.Name != pc.Name {
 				return a.forbidden(fmt.Errorf("PriorityClass %v is already marked as default. Only one default can exist", o.Name))
@@ -139,7 +144,11 @@ func admitPodPriority(s *Server, ctx context.Context, a *admission) error {
 	var priority int32
 	policy := corev1.PreemptLowerPriority
 	if pod.Spec.PriorityClassName == "" {
-		if def := defaultPriorityClass(s); def != nil {
+		classes, err := s.cachedOwn(ctx, priorityClassesResource, "")
+		if err != nil {
+			return err
+		}
+		if def := defaultPriorityClass(classes); def != nil {
 			pod.Spec.PriorityClassName, priority = def.Name, def.Value
 			if def.PreemptionPolicy != nil {
 				policy = *def.PreemptionPolicy
@@ -171,9 +180,9 @@ func admitPodPriority(s *Server, ctx context.Context, a *admission) error {
 
 // defaultPriorityClass is the global default PriorityClass, the lowest-valued one should
 // several claim it.
-func defaultPriorityClass(s *Server) *schedulingv1.PriorityClass {
+func defaultPriorityClass(classes []runtime.Object) *schedulingv1.PriorityClass {
 	var def *schedulingv1.PriorityClass
-	for _, obj := range s.cached(priorityClassesResource, "") {
+	for _, obj := range classes {
 		pc := obj.(*schedulingv1.PriorityClass)
 		if pc.GlobalDefault && (def == nil || pc.Value < def.Value) {
 			def = pc
@@ -201,6 +210,17 @@ func (s *Server) lookup(ctx context.Context, gr schema.GroupResource, namespace,
 	return obj, err
 }
 
+// cachedOwn is cached once the cache holds every object this server has created: what a
+// plugin decides on must include a quota or a PriorityClass created a moment ago.
+func (s *Server) cachedOwn(ctx context.Context, gr schema.GroupResource, namespace string) ([]runtime.Object, error) {
+	if res := s.reg.lookupGroupResource(gr); res != nil {
+		if err := res.cache.waitForRV(ctx, res.lastCreateRV.Load(), 5*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return s.cached(gr, namespace), nil
+}
+
 // cached returns the objects of a served resource in one namespace ("" for all) as its
 // watch cache holds them, sorted by name. Callers must not modify them.
 func (s *Server) cached(gr schema.GroupResource, namespace string) []runtime.Object {
@@ -225,6 +245,10 @@ func (s *Server) cached(gr schema.GroupResource, namespace string) []runtime.Obj
 // miniplane runs no controller for gets an event saying so.
 func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Object) {
 	m := obj.(metav1.Object)
+	var rv int64
+	if _, err := fmt.Sscan(m.GetResourceVersion(), &rv); err == nil {
+		res.lastCreateRV.Store(rv)
+	}
 	if res == s.namespaces() {
 		s.ensureDefaultServiceAccount(ctx, m.GetName())
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -300,3 +301,6 @@ func repoRoot(t testing.TB) string {
 		dir = parent
 	}
 }
+
+// quietLogger drops every log line, for servers a test starts by hand.
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

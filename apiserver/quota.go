@@ -142,9 +142,10 @@ func admitQuota(s *Server, ctx context.Context, a *admission) error {
 	if a.op != opCreate || !a.res.namespaced {
 		return nil
 	}
-	quotas := s.cached(quotasResource, a.namespace)
-	if len(quotas) == 0 {
-		return nil
+	// A quota this server created a moment ago must already be enforced.
+	quotas, err := s.cachedOwn(ctx, quotasResource, a.namespace)
+	if err != nil || len(quotas) == 0 {
+		return err
 	}
 	usage := quotaUsage(a.res, a.obj)
 	for _, obj := range quotas {

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -152,6 +153,10 @@ type resource struct {
 
 	// cache is the resource's watch cache, set before the resource is served.
 	cache *cacher
+	// lastCreateRV is the resourceVersion of the newest object this server created, so
+	// that what the server reads from the cache for its own decisions (the quotas of a
+	// namespace) includes what it has just written.
+	lastCreateRV atomic.Int64
 }
 
 func (r *resource) gvr() schema.GroupVersionResource {
