@@ -129,7 +129,16 @@ type namespaceFinalizer struct {
 	every time.Duration
 	// emptySince is when each Terminating namespace was first seen empty; only run touches it.
 	emptySince map[string]time.Time
+	// terminatingSince is when each namespace was first seen Terminating; only run touches it.
+	terminatingSince map[string]time.Time
 }
+
+// namespaceContentDelay is how long a Terminating namespace keeps its content before the
+// finalizer starts deleting it. kube-controller-manager's namespace controller takes about
+// that long to get to a namespace; `kubectl delete -f` of a file that starts with its
+// Namespace relies on it, deleting the file's other objects itself, and reports NotFound
+// for every object already gone.
+const namespaceContentDelay = time.Second
 
 // namespaceQuietPeriod is how long a Terminating namespace must stay empty before it is
 // removed. A create that checked the namespace an instant before it turned Terminating may
@@ -137,7 +146,8 @@ type namespaceFinalizer struct {
 const namespaceQuietPeriod = 2 * time.Second
 
 func newNamespaceFinalizer(s *Server) *namespaceFinalizer {
-	return &namespaceFinalizer{s: s, kick: make(chan struct{}, 1), every: time.Second, emptySince: map[string]time.Time{}}
+	return &namespaceFinalizer{s: s, kick: make(chan struct{}, 1), every: 250 * time.Millisecond,
+		emptySince: map[string]time.Time{}, terminatingSince: map[string]time.Time{}}
 }
 
 func (f *namespaceFinalizer) trigger() {
@@ -158,15 +168,25 @@ func (f *namespaceFinalizer) run(ctx context.Context) {
 		case <-t.C:
 		}
 		items, _ := f.s.namespaces().cache.list(&watchFilter{})
+		terminating := map[string]time.Time{}
 		for _, it := range items {
 			ns := it.obj.(*corev1.Namespace)
 			if ns.DeletionTimestamp == nil {
+				continue
+			}
+			since, seen := f.terminatingSince[ns.Name]
+			if !seen {
+				since = f.s.clock.Now()
+			}
+			terminating[ns.Name] = since
+			if f.s.clock.Since(since) < namespaceContentDelay {
 				continue
 			}
 			if err := f.finalize(ctx, ns.Name); err != nil {
 				f.s.log.Warn("namespace finalization incomplete", "namespace", ns.Name, "err", err)
 			}
 		}
+		f.terminatingSince = terminating
 	}
 }
 

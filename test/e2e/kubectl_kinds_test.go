@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/miniplane/miniplane/internal/poll"
+	"github.com/miniplane/miniplane/test/testenv"
+)
+
+// kubectlFails runs kubectl and returns its output, failing the test if kubectl succeeds.
+func kubectlFails(t *testing.T, env *testenv.Env, home string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Env = []string{"HOME=" + home, "KUBECONFIG=" + env.KubeconfigPath, "PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("kubectl %s succeeded, want a failure:\n%s", strings.Join(args, " "), out)
+	}
+	return string(out)
+}
+
+// TestKubectlKinds drives the kinds a DaemonSet's manifests bring along the way kubectl
+// users do: the create generators, cluster-info, get all, api-resources, and a drain that
+// evicts under a disruption budget.
+func TestKubectlKinds(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl is not on PATH")
+	}
+	home := t.TempDir()
+	env := testenv.New(t, testenv.Everything(2))
+	k := func(args ...string) string { t.Helper(); return dsKubectl(t, env, home, args...) }
+
+	for _, args := range [][]string{
+		{"create", "configmap", "settings", "--from-literal=level=debug"},
+		{"create", "secret", "generic", "token", "--from-literal=key=s3cret"},
+		{"create", "serviceaccount", "reader"},
+		{"create", "service", "clusterip", "web", "--tcp=80:8080"},
+		{"create", "service", "nodeport", "edge", "--tcp=443:8443"},
+		{"create", "quota", "small", "--hard=pods=20,services=5"},
+		{"create", "priorityclass", "batch-low", "--value=10", "--description=low"},
+		{"create", "role", "pod-reader", "--verb=get,list,watch", "--resource=pods"},
+		{"create", "rolebinding", "read-pods", "--role=pod-reader", "--serviceaccount=default:reader"},
+		{"create", "clusterrole", "node-reader", "--verb=get,list", "--resource=nodes"},
+		{"create", "clusterrolebinding", "read-nodes", "--clusterrole=node-reader", "--group=readers"},
+		{"create", "poddisruptionbudget", "web", "--selector=app=web", "--min-available=1"},
+		{"create", "deployment", "api", "--image=registry.example/api:1"},
+		{"create", "job", "once", "--image=registry.example/task:1"},
+		{"create", "cronjob", "nightly", "--image=registry.example/task:1", "--schedule=0 2 * * *"},
+	} {
+		if out := k(args...); !strings.Contains(out, " created") {
+			t.Errorf("kubectl %s: %s", strings.Join(args, " "), out)
+		}
+	}
+	if out := k("get", "cm,secret,sa,svc,quota,pc,role,rolebinding,pdb"); !strings.Contains(out, "configmap/settings") ||
+		!strings.Contains(out, "service/edge") || !strings.Contains(out, "443:3") || !strings.Contains(out, "priorityclass.scheduling.k8s.io/batch-low") {
+		t.Errorf("kubectl get:\n%s", out)
+	}
+	if out := k("cluster-info"); !strings.Contains(out, "Kubernetes control plane is running at "+env.URL) {
+		t.Errorf("kubectl cluster-info:\n%s", out)
+	}
+	if out := k("get", "all", "-A"); !strings.Contains(out, "service/kubernetes") || !strings.Contains(out, "deployment.apps/api") ||
+		!strings.Contains(out, "cronjob.batch/nightly") {
+		t.Errorf("kubectl get all -A:\n%s", out)
+	}
+	out := k("api-resources")
+	for _, want := range []string{"configmaps", "cm", "serviceaccounts", "sa", "services", "svc", "endpoints", "ep", "priorityclasses", "pc",
+		"poddisruptionbudgets", "pdb", "deployments", "deploy", "replicasets", "rs", "statefulsets", "sts", "networkpolicies", "netpol",
+		"resourcequotas", "quota", "limitranges", "limits", "endpointslices", "clusterrolebindings"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl api-resources lacks %q:\n%s", want, out)
+		}
+	}
+	if out := k("describe", "deployment", "api"); !strings.Contains(out, "NoController") {
+		t.Errorf("kubectl describe deployment does not say that no controller runs it:\n%s", out)
+	}
+
+	// Drain evicts: a budget that allows no disruption holds the pod, one that does lets it go.
+	node := dsNodeName(0)
+	dsKubectlStdin(t, env, home, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","labels":{"app":"web"}},
+		"spec":{"nodeName":"`+node+`","containers":[{"name":"c","image":"registry.example/web:1"}]}}`, "apply", "-f", "-")
+	poll.Until(t, dsTimeout, "the budget to count the running pod", func() bool {
+		pdb, err := env.Client.PolicyV1().PodDisruptionBudgets("default").Get(context.Background(), "web", metav1.GetOptions{})
+		return err == nil && pdb.Status.CurrentHealthy == 1 && pdb.Status.ObservedGeneration == pdb.Generation
+	})
+	if out := kubectlFails(t, env, home, "drain", node, "--ignore-daemonsets", "--force", "--timeout=6s"); !strings.Contains(out, "evicting pod default/web") ||
+		!strings.Contains(out, "global timeout reached") {
+		t.Errorf("kubectl drain under a budget of 0 disruptions:\n%s", out)
+	}
+	k("patch", "pdb", "web", "--type=merge", "-p", `{"spec":{"minAvailable":0}}`)
+	if out := k("drain", node, "--ignore-daemonsets", "--force", "--timeout=60s"); !strings.Contains(out, "pod/web evicted") {
+		t.Errorf("kubectl drain:\n%s", out)
+	}
+}
