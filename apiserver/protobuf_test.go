@@ -2,14 +2,18 @@ package apiserver_test
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 )
 
@@ -98,5 +102,51 @@ func TestProtobufAndJSONClientsAgree(t *testing.T) {
 	}
 	if added != 3 {
 		t.Fatalf("%d initial ADDED events, want 3", added)
+	}
+}
+
+// TestEveryKindListsInProtobuf lists every resource discovery announces in protobuf, the
+// way informers of client-go's typed clients read them, and checks each list decodes to
+// its kind's list type.
+func TestEveryKindListsInProtobuf(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t)
+	lists, err := env.Client.Discovery().ServerPreferredResources()
+	check(t, err)
+	cfg := rest.CopyConfig(env.AdminConfig)
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	listed := 0
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		check(t, err)
+		cfg.GroupVersion = &gv
+		cfg.APIPath = "/apis"
+		if gv.Group == "" {
+			cfg.APIPath = "/api"
+		}
+		rc, err := rest.RESTClientFor(cfg)
+		check(t, err)
+		for _, r := range l.APIResources {
+			if !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			var contentType string
+			obj, err := rc.Get().Resource(r.Name).Do(ctx).ContentType(&contentType).Get()
+			if err != nil {
+				t.Errorf("list %s in protobuf: %v", r.Name, err)
+				continue
+			}
+			if contentType != "application/vnd.kubernetes.protobuf" {
+				t.Errorf("list %s answered in %q", r.Name, contentType)
+			}
+			if got, want := reflect.TypeOf(obj).Elem().Name(), r.Kind+"List"; got != want {
+				t.Errorf("list %s decoded to %s, want %s", r.Name, got, want)
+			}
+			listed++
+		}
+	}
+	if listed < 25 {
+		t.Errorf("listed %d resources, want every served kind", listed)
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -208,6 +210,15 @@ func TestSelectableFields(t *testing.T) {
 		{"daemonsets", &appsv1.DaemonSet{ObjectMeta: om}, fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1"}},
 		{"controllerrevisions", &appsv1.ControllerRevision{ObjectMeta: om}, fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1"}},
 		{"leases", &coordinationv1.Lease{ObjectMeta: om}, fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1"}},
+		{"secrets", &corev1.Secret{ObjectMeta: om, Type: corev1.SecretTypeTLS},
+			fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1", "type": "kubernetes.io/tls"}},
+		{"services", &corev1.Service{ObjectMeta: om, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.96.0.9"}},
+			fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1", "spec.type": "NodePort", "spec.clusterIP": "10.96.0.9"}},
+		{"replicasets", &appsv1.ReplicaSet{ObjectMeta: om, Status: appsv1.ReplicaSetStatus{Replicas: 3}},
+			fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1", "status.replicas": "3"}},
+		{"jobs", &batchv1.Job{ObjectMeta: om, Status: batchv1.JobStatus{Succeeded: 2}},
+			fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1", "status.successful": "2"}},
+		{"clusterroles", &rbacv1.ClusterRole{ObjectMeta: clusterMeta}, fields.Set{"metadata.name": "obj1"}},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
 			var r *resource

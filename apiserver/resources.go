@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -365,7 +366,10 @@ func appsResources() []*resource {
 			newFunc: newDeploy, newListFunc: newDeployList, strategy: deploymentRules, tracksGeneration: true, notRunBy: "deployment"},
 		{group: "apps", version: "v1", name: "replicasets", kind: "ReplicaSet", singular: "replicaset", namespaced: true,
 			shortNames: []string{"rs"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
-			newFunc: newRS, newListFunc: newRSList, strategy: replicaSetRules, tracksGeneration: true, notRunBy: "replicaset"},
+			newFunc: newRS, newListFunc: newRSList, strategy: replicaSetRules, tracksGeneration: true, notRunBy: "replicaset",
+			fields: fieldsOf(map[string]func(*appsv1.ReplicaSet) string{
+				"status.replicas": func(rs *appsv1.ReplicaSet) string { return strconv.Itoa(int(rs.Status.Replicas)) },
+			})},
 		{group: "apps", version: "v1", name: "statefulsets", kind: "StatefulSet", singular: "statefulset", namespaced: true,
 			shortNames: []string{"sts"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
 			newFunc: newSTS, newListFunc: newSTSList, strategy: statefulSetRules, tracksGeneration: true, notRunBy: "statefulset"},
@@ -399,7 +403,10 @@ func otherResources() []*resource {
 		},
 		{group: "batch", version: "v1", name: "jobs", kind: "Job", singular: "job", namespaced: true,
 			categories: []string{"all"}, subresources: []subresource{statusSubresource},
-			newFunc: newJob, newListFunc: newJobList, strategy: jobRules, tracksGeneration: true, notRunBy: "job"},
+			newFunc: newJob, newListFunc: newJobList, strategy: jobRules, tracksGeneration: true, notRunBy: "job",
+			fields: fieldsOf(map[string]func(*batchv1.Job) string{
+				"status.successful": func(j *batchv1.Job) string { return strconv.Itoa(int(j.Status.Succeeded)) },
+			})},
 		{group: "batch", version: "v1", name: "cronjobs", kind: "CronJob", singular: "cronjob", namespaced: true,
 			shortNames: []string{"cj"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
 			newFunc: newCJ, newListFunc: newCJList, strategy: cronJobRules, tracksGeneration: true, notRunBy: "cronjob"},
