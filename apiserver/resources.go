@@ -362,16 +362,16 @@ func appsResources() []*resource {
 			strategy: controllerRevisionStrategy{},
 		},
 		{group: "apps", version: "v1", name: "deployments", kind: "Deployment", singular: "deployment", namespaced: true,
-			shortNames: []string{"deploy"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			shortNames: []string{"deploy"}, categories: []string{"all"}, subresources: []subresource{statusSubresource, deploymentScale},
 			newFunc: newDeploy, newListFunc: newDeployList, strategy: deploymentRules, tracksGeneration: true, notRunBy: "deployment"},
 		{group: "apps", version: "v1", name: "replicasets", kind: "ReplicaSet", singular: "replicaset", namespaced: true,
-			shortNames: []string{"rs"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			shortNames: []string{"rs"}, categories: []string{"all"}, subresources: []subresource{statusSubresource, replicaSetScale},
 			newFunc: newRS, newListFunc: newRSList, strategy: replicaSetRules, tracksGeneration: true, notRunBy: "replicaset",
 			fields: fieldsOf(map[string]func(*appsv1.ReplicaSet) string{
 				"status.replicas": func(rs *appsv1.ReplicaSet) string { return strconv.Itoa(int(rs.Status.Replicas)) },
 			})},
 		{group: "apps", version: "v1", name: "statefulsets", kind: "StatefulSet", singular: "statefulset", namespaced: true,
-			shortNames: []string{"sts"}, categories: []string{"all"}, subresources: []subresource{statusSubresource},
+			shortNames: []string{"sts"}, categories: []string{"all"}, subresources: []subresource{statusSubresource, statefulSetScale},
 			newFunc: newSTS, newListFunc: newSTSList, strategy: statefulSetRules, tracksGeneration: true, notRunBy: "statefulset"},
 	}
 }

@@ -100,3 +100,35 @@ func TestKubectlKinds(t *testing.T) {
 		t.Errorf("kubectl drain:\n%s", out)
 	}
 }
+
+// TestKubectlScale: `kubectl scale` changes a workload's replicas through its scale
+// subresource, with the generation following, and refuses a negative count.
+func TestKubectlScale(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl is not on PATH")
+	}
+	home := t.TempDir()
+	env := testenv.New(t, testenv.Config{})
+	k := func(args ...string) string { t.Helper(); return dsKubectl(t, env, home, args...) }
+	k("create", "deployment", "api", "--image=registry.example/api:1", "--replicas=2")
+	if out := k("scale", "deployment/api", "--replicas=5"); !strings.Contains(out, "deployment.apps/api scaled") {
+		t.Fatalf("kubectl scale: %s", out)
+	}
+	d, err := env.Client.AppsV1().Deployments("default").Get(context.Background(), "api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *d.Spec.Replicas != 5 || d.Generation != 2 {
+		t.Errorf("after scale: replicas %d generation %d, want 5 and 2", *d.Spec.Replicas, d.Generation)
+	}
+	s, err := env.Client.AppsV1().Deployments("default").GetScale(context.Background(), "api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Spec.Replicas != 5 || s.Status.Selector != "app=api" {
+		t.Errorf("scale %+v", s)
+	}
+	if out := kubectlFails(t, env, home, "scale", "deployment/api", "--replicas=-1"); !strings.Contains(out, "replicas") {
+		t.Errorf("kubectl scale --replicas=-1: %s", out)
+	}
+}
