@@ -170,7 +170,8 @@ func (b *routeBuilder) build() ([]*apiRoutes, error) {
 		if err != nil {
 			return nil, fmt.Errorf("apiserver: OpenAPI for %s: %w", r.gvr(), err)
 		}
-		b.container(r.gvk().GroupVersion()).routes = append(b.container(r.gvk().GroupVersion()).routes, routes...)
+		c := b.container(r.gvk().GroupVersion())
+		c.routes = append(c.routes, routes...)
 	}
 	for _, api := range reviewAPIs {
 		route, err := b.reviewRoute(api)
