@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) {
 		{"duplicate field, strict", request{method: "POST", path: podsPath + "?fieldValidation=Strict", token: admin, contentType: jsonType,
 			body: strings.NewReader(strings.Replace(validPod, `"metadata":{"name":"new"}`, `"metadata":{"name":"new","name":"new2"}`, 1))}, 400, metav1.StatusReasonBadRequest, "", "duplicate field"},
 		{"unknown field in a patch, strict", request{method: "PATCH", path: podsPath + "/p?fieldValidation=Strict", token: admin,
-			contentType: "application/merge-patch+json", body: strings.NewReader(`{"spec":{"bogus":1}}`)}, 400, metav1.StatusReasonBadRequest, "", "bogus"},
+			contentType: "application/merge-patch+json", body: strings.NewReader(`{"spec":{"bogus":1}}`)}, 422, metav1.StatusReasonInvalid, "", `unknown field "spec.bogus"`},
 		{"bad fieldValidation", request{method: "POST", path: podsPath + "?fieldValidation=Loose", token: admin, contentType: jsonType,
 			body: strings.NewReader(validPod)}, 400, metav1.StatusReasonBadRequest, "", ""},
 		{"unsupported patch type", request{method: "PATCH", path: podsPath + "/p", token: admin, contentType: "text/plain",
@@ -212,7 +212,8 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestFieldValidation: unknown fields are warned about by default, ignored with Ignore,
-// and refused with Strict (covered in TestBadInput).
+// and refused with Strict (covered in TestBadInput and, for every body type,
+// TestFieldValidationModes).
 func TestFieldValidation(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)

@@ -1,7 +1,8 @@
 // Package apiserver serves Kubernetes objects kept in etcd over the Kubernetes REST API,
-// wire-compatible enough that client-go and kubectl work unchanged: discovery, OpenAPI v3
-// stubs for field validation, get/list/watch/create/update/patch/delete/deletecollection,
-// the status and binding subresources, server-side tables for kubectl get, bearer-token
+// wire-compatible enough that client-go and kubectl work unchanged: discovery, OpenAPI v2
+// and v3 documents with every served kind's schema (docs/openapi.md), server-side field
+// validation, get/list/watch/create/update/patch/delete/deletecollection, the status and
+// binding subresources, server-side tables for kubectl get, bearer-token
 // authentication and group/node authorization, and Prometheus metrics.
 //
 // Watches (and most lists) are served from a watch cache: one etcd watch per resource,

@@ -9,7 +9,6 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
-	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
@@ -172,26 +170,6 @@ func partialMetadata(obj runtime.Object) *metav1.PartialObjectMetadata {
 	return pom
 }
 
-// fieldValidation is the directive for unknown and duplicate fields in a body.
-type fieldValidation string
-
-const (
-	validationIgnore fieldValidation = "Ignore"
-	validationWarn   fieldValidation = "Warn"
-	validationStrict fieldValidation = "Strict"
-)
-
-func (c *call) fieldValidation() (fieldValidation, error) {
-	switch v := c.r.URL.Query().Get("fieldValidation"); v {
-	case "":
-		return validationWarn, nil // kube-apiserver's default
-	case string(validationIgnore), string(validationWarn), string(validationStrict):
-		return fieldValidation(v), nil
-	default:
-		return "", badRequest("fieldValidation: Unsupported value: %q: supported values: \"Ignore\", \"Strict\", \"Warn\"", v)
-	}
-}
-
 func (c *call) dryRun() (bool, error) {
 	values := c.r.URL.Query()["dryRun"]
 	for _, v := range values {
@@ -234,9 +212,15 @@ func (c *call) decodeObject(data []byte, want schema.GroupVersionKind, into runt
 		switch mt {
 		case "application/json", "*/*":
 		case "application/yaml":
+			mode, err := c.fieldValidation()
+			if err != nil {
+				return err
+			}
+			duplicates := yamlDuplicates(mode, data)
 			if data, err = yaml.YAMLToJSON(data); err != nil {
 				return badRequest("invalid YAML: %v", err)
 			}
+			return c.decodeJSON(data, want, into, duplicates...)
 		case protobufMediaType:
 			return c.decodeProtobuf(data, want, into)
 		case "application/cbor":
@@ -281,7 +265,10 @@ func (c *call) decodeProtobuf(data []byte, want schema.GroupVersionKind, into ru
 	return nil
 }
 
-func (c *call) decodeJSON(data []byte, want schema.GroupVersionKind, into runtime.Object) error {
+// decodeJSON decodes a JSON body into into, which must be of the kind want, applying the
+// fieldValidation directive to its unknown and duplicate fields and to found, those a
+// YAML body had before it became JSON.
+func (c *call) decodeJSON(data []byte, want schema.GroupVersionKind, into runtime.Object, found ...error) error {
 	mode, err := c.fieldValidation()
 	if err != nil {
 		return err
@@ -290,31 +277,28 @@ func (c *call) decodeJSON(data []byte, want schema.GroupVersionKind, into runtim
 	if err := json.Unmarshal(data, &tm); err != nil {
 		return badRequest("the body of the request is not valid JSON: %v", err)
 	}
+	if err := checkTypeMeta(tm, want); err != nil {
+		return err
+	}
+	strict, err := unmarshal(mode, data, into)
+	if err != nil {
+		return undecodable(want, err)
+	}
+	if err := c.fieldProblems(mode, append(found, strict...), func(err error) error { return undecodable(want, err) }); err != nil {
+		return err
+	}
+	into.GetObjectKind().SetGroupVersionKind(want)
+	return nil
+}
+
+// checkTypeMeta accepts the apiVersion and kind a body names if they are want's or empty.
+func checkTypeMeta(tm metav1.TypeMeta, want schema.GroupVersionKind) error {
 	if tm.APIVersion != "" && tm.APIVersion != want.GroupVersion().String() {
 		return badRequest("the API version in the data (%s) does not match the expected API version (%s)", tm.APIVersion, want.GroupVersion().String())
 	}
 	if tm.Kind != "" && tm.Kind != want.Kind {
 		return badRequest("the kind in the data (%s) does not match the expected kind (%s)", tm.Kind, want.Kind)
 	}
-	strictErrs, err := sigsjson.UnmarshalStrict(data, into, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
-	if err != nil {
-		return badRequest("the body of the request could not be decoded as %s: %v", want.Kind, err)
-	}
-	if len(strictErrs) > 0 {
-		switch mode {
-		case validationStrict:
-			msgs := make([]string, len(strictErrs))
-			for i, e := range strictErrs {
-				msgs[i] = e.Error()
-			}
-			return badRequest("strict decoding error: %s", strings.Join(msgs, ", "))
-		case validationWarn:
-			for _, e := range strictErrs {
-				c.w.Header().Add("Warning", fmt.Sprintf("299 - %q", e.Error()))
-			}
-		}
-	}
-	into.GetObjectKind().SetGroupVersionKind(want)
 	return nil
 }
 

@@ -172,3 +172,90 @@ func TestKubectl(t *testing.T) {
 		t.Fatalf("kubectl get ds after delete:\n%s\n%s", out, stderr)
 	}
 }
+
+// TestKubectlOpenAPI drives what kubectl reads from the OpenAPI documents: explain (v3,
+// and v2 with --output=plaintext-openapiv2) prints the API's field documentation, apply
+// with default flags validates through the server, and a misspelled field fails the
+// apply naming the field, on create and on patch.
+func TestKubectlOpenAPI(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	k := newKubectl(t, env)
+
+	out, _ := k.run("explain", "daemonset.spec.updateStrategy")
+	for _, want := range []string{"KIND:       DaemonSet", "FIELD: updateStrategy <DaemonSetUpdateStrategy>", "An update strategy to replace existing DaemonSet pods with new pods.",
+		"rollingUpdate\t<RollingUpdateDaemonSet>", "enum: OnDelete, RollingUpdate"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("kubectl explain daemonset.spec.updateStrategy lacks %q:\n%s", want, out)
+		}
+	}
+	out, _ = k.run("explain", "--output=plaintext-openapiv2", "pods.spec.containers.image")
+	if !strings.Contains(out, "Container image name.") {
+		t.Fatalf("kubectl explain (OpenAPI v2) pods.spec.containers.image:\n%s", out)
+	}
+
+	dir := t.TempDir()
+	manifest := `apiVersion: v1
+kind: Namespace
+metadata:
+  name: agents
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+  namespace: agents
+spec:
+  selector:
+    matchLabels: {app: agent}
+  template:
+    metadata:
+      labels: {app: agent}
+    spec:
+      containers:
+      - name: agent
+        image: registry.example/agent:1.0
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: agent-leader
+  namespace: agents
+spec:
+  holderIdentity: agent-0
+`
+	path := filepath.Join(dir, "agents.yaml")
+	check(t, os.WriteFile(path, []byte(manifest), 0o600))
+	out, stderr := k.run("apply", "-f", path)
+	for _, want := range []string{"namespace/agents created", "daemonset.apps/agent created", "lease.coordination.k8s.io/agent-leader created"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("kubectl apply lacks %q:\n%s\n%s", want, out, stderr)
+		}
+	}
+	if stderr != "" {
+		t.Fatalf("kubectl apply wrote to stderr:\n%s", stderr)
+	}
+
+	misspelled := strings.Replace(manifest, "    spec:\n      containers:", "    spec:\n      containerz: []\n      containers:", 1)
+	if misspelled == manifest {
+		t.Fatal("could not misspell the manifest")
+	}
+	for _, tc := range []struct{ name, from, to string }{
+		{"on create", "name: agent\n", "name: agent-2\n"},
+		{"on patch", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			check(t, os.WriteFile(path, []byte(strings.Replace(misspelled, tc.from, tc.to, 1)), 0o600))
+			out, stderr, err := k.try("apply", "-f", path)
+			if err == nil || !strings.Contains(stderr, `unknown field "spec.template.spec.containerz"`) {
+				t.Fatalf("kubectl apply of a misspelled field: err %v\n%s\n%s", err, out, stderr)
+			}
+		})
+	}
+	ds, err := env.Client.AppsV1().DaemonSets("agents").List(testCtx(t), metav1.ListOptions{})
+	check(t, err)
+	if len(ds.Items) != 1 || ds.Items[0].Name != "agent" || ds.Items[0].Generation != 1 {
+		t.Fatalf("after the failed applies: %+v", ds.Items)
+	}
+}

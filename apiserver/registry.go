@@ -36,6 +36,9 @@ type registry struct {
 	byGVK    map[schema.GroupVersionKind]*resource
 	groups   []string          // API groups in registration order ("" is core)
 	versions map[string]string // group → its one served version (the first registered)
+	// revision counts registrations, so that what is derived from the whole registry
+	// (the OpenAPI documents) knows when to derive it again.
+	revision uint64
 }
 
 func newRegistry() *registry {
@@ -80,7 +83,15 @@ func (reg *registry) register(r *resource) error {
 		reg.groups = append(reg.groups, r.group)
 		reg.versions[r.group] = r.version
 	}
+	reg.revision++
 	return nil
+}
+
+// currentRevision changes whenever a resource is registered.
+func (reg *registry) currentRevision() uint64 {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	return reg.revision
 }
 
 // check reports what is missing or inconsistent in a resource entry.

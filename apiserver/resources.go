@@ -107,6 +107,9 @@ type subresource struct {
 	serve func(c *call)
 	// getParams are the query parameters of its GET, for OpenAPI.
 	getParams []string
+	// produces are the media types its GET answers with when that is text rather than an
+	// object (log), for OpenAPI.
+	produces []string
 }
 
 // statusSubresource is the status of an object, written apart from its spec.
@@ -305,7 +308,7 @@ func coreResources(deps builtinDeps) []*resource {
 				statusSubresource,
 				{name: "binding", kind: "Binding", verbs: metav1.Verbs{"create"}, serve: (*call).bind},
 				{name: "eviction", kind: "Eviction", kindGroupVersion: &policyv1.SchemeGroupVersion, verbs: metav1.Verbs{"create"}, serve: (*call).evict},
-				{name: "log", verbs: metav1.Verbs{"get"}, serve: (*call).podLog, getParams: []string{"container", "follow"}},
+				{name: "log", verbs: metav1.Verbs{"get"}, serve: (*call).podLog, getParams: []string{"container", "follow"}, produces: []string{"text/plain"}},
 			},
 			newFunc: func() runtime.Object { return &corev1.Pod{} }, newListFunc: func() runtime.Object { return &corev1.PodList{} },
 			strategy: podStrategy{}, fields: podFields, returnDeletedObject: true, tracksGeneration: true,

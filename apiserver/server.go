@@ -46,6 +46,7 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	nsFinal *namespaceFinalizer
+	openapi *openAPIDocs
 	// services hands out Services' cluster IPs and node ports.
 	services *serviceAllocator
 	quota    *quotaTracker
@@ -120,6 +121,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.reg)
 	s.nsFinal = newNamespaceFinalizer(s)
+	s.openapi = newOpenAPIDocs(s.reg)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -136,6 +138,7 @@ func (s *Server) routes() http.Handler {
 	r.Handle("/metrics", s.metrics.handler()).Methods(http.MethodGet)
 	r.HandleFunc("/api", s.serveCoreVersions).Methods(http.MethodGet)
 	r.HandleFunc("/apis", s.serveGroups).Methods(http.MethodGet)
+	r.HandleFunc("/openapi/v2", s.serveOpenAPIV2).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v3", s.serveOpenAPIRoot).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v3/{path:.+}", s.serveOpenAPIGroupVersion).Methods(http.MethodGet)
 	r.HandleFunc("/api/{version}", s.serveResourceList).Methods(http.MethodGet)

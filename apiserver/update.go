@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"slices"
 	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -67,16 +68,31 @@ func (c *call) patch() {
 		c.fail(err)
 		return
 	}
+	mode, err := c.fieldValidation()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	patchType := types.PatchType(mt)
+	var bodyProblems []error
+	if patchType != types.StrategicMergePatchType {
+		if bodyProblems, err = patchBodyProblems(mode, patchType == types.JSONPatchType, patchBytes); err != nil {
+			c.fail(err)
+			return
+		}
+	}
 	res := c.info.res
 	c.applyUpdate(func(cur runtime.Object) (runtime.Object, error) {
+		if patchType == types.StrategicMergePatchType {
+			return c.strategicMergePatch(mode, cur, patchBytes)
+		}
 		cur.GetObjectKind().SetGroupVersionKind(res.gvk())
 		curJSON, err := json.Marshal(cur)
 		if err != nil {
 			return nil, err
 		}
 		var patched []byte
-		switch types.PatchType(mt) {
-		case types.JSONPatchType:
+		if patchType == types.JSONPatchType {
 			p, err := jsonpatch.DecodePatch(patchBytes)
 			if err != nil {
 				return nil, badRequest("the json patch could not be decoded: %v", err)
@@ -84,21 +100,65 @@ func (c *call) patch() {
 			if patched, err = p.Apply(curJSON); err != nil {
 				return nil, statusError(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf("the json patch could not be applied: %v", err))
 			}
-		case types.MergePatchType:
-			if patched, err = jsonpatch.MergePatch(curJSON, patchBytes); err != nil {
-				return nil, badRequest("the merge patch could not be applied: %v", err)
-			}
-		case types.StrategicMergePatchType:
-			if patched, err = strategicpatch.StrategicMergePatch(curJSON, patchBytes, res.newFunc()); err != nil {
-				return nil, badRequest("the strategic merge patch could not be applied: %v", err)
-			}
+		} else if patched, err = jsonpatch.MergePatch(curJSON, patchBytes); err != nil {
+			return nil, badRequest("the merge patch could not be applied: %v", err)
 		}
-		next := res.newFunc()
-		if err := c.decodeJSON(patched, res.gvk(), next); err != nil {
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(patched, &tm); err != nil {
+			return nil, invalidPatch(string(patched), err)
+		}
+		if err := checkTypeMeta(tm, res.gvk()); err != nil {
 			return nil, err
 		}
+		next := res.newFunc()
+		found, err := unmarshal(mode, patched, next)
+		if err != nil {
+			return nil, invalidPatch(string(patched), err)
+		}
+		if err := c.fieldProblems(mode, append(slices.Clone(bodyProblems), found...), func(err error) error { return invalidPatch(string(patched), err) }); err != nil {
+			return nil, err
+		}
+		next.GetObjectKind().SetGroupVersionKind(res.gvk())
 		return next, nil
 	}, nil)
+}
+
+// strategicMergePatch applies a strategic merge patch to cur as kube-apiserver does: on
+// maps, the patch's duplicate fields and the result's unknown ones judged by mode.
+func (c *call) strategicMergePatch(mode fieldValidation, cur runtime.Object, patch []byte) (runtime.Object, error) {
+	res := c.info.res
+	cur.GetObjectKind().SetGroupVersionKind(res.gvk())
+	curMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cur)
+	if err != nil {
+		return nil, err
+	}
+	patchMap := map[string]any{}
+	found, err := unmarshal(mode, patch, &patchMap)
+	if err != nil {
+		return nil, badRequest("the strategic merge patch could not be decoded: %v", err)
+	}
+	patchedMap, err := strategicpatch.StrategicMergeMapPatch(curMap, patchMap, res.newFunc())
+	if err != nil {
+		return nil, badRequest("the strategic merge patch could not be applied: %v", err)
+	}
+	apiVersion, _ := patchedMap["apiVersion"].(string)
+	kind, _ := patchedMap["kind"].(string)
+	if err := checkTypeMeta(metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}, res.gvk()); err != nil {
+		return nil, err
+	}
+	next := res.newFunc()
+	shown := func() string { return fmt.Sprintf("%+v", patchMap) }
+	err = runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(patchedMap, next, mode != validationIgnore)
+	if strictErr, ok := runtime.AsStrictDecodingError(err); ok {
+		found = append(found, strictErr.Errors()...)
+	} else if err != nil {
+		return nil, invalidPatch(shown(), err)
+	}
+	if err := c.fieldProblems(mode, found, func(err error) error { return invalidPatch(shown(), err) }); err != nil {
+		return nil, err
+	}
+	next.GetObjectKind().SetGroupVersionKind(res.gvk())
+	return next, nil
 }
 
 // applyUpdate runs an update (or patch): compute the new state from the current one, apply
