@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -62,6 +63,9 @@ func summarize(r junitReport) summary {
 		for _, c := range suite.Cases {
 			name, isSpec := strings.CutPrefix(c.Name, "[It] ")
 			row := spec{name: name, seconds: c.Time}
+			if secs, err := strconv.ParseFloat(c.Time, 64); err == nil {
+				row.seconds = strconv.FormatFloat(secs, 'f', 1, 64)
+			}
 			switch c.Status {
 			case "passed":
 				if !isSpec {

@@ -11,7 +11,7 @@ import (
 const sample = `<?xml version="1.0" encoding="UTF-8"?>
 <testsuites tests="5" failures="1">
   <testsuite name="Kubernetes e2e suite" tests="5">
-    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.1"></testcase>
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.017213654"></testcase>
     <testcase name="[It] [sig-apps] Daemon set [Serial] should run and stop simple daemon [Conformance]" classname="Kubernetes e2e suite" status="passed" time="12.5"></testcase>
     <testcase name="[It] [sig-apps] Daemon set [Serial] should rollback without unnecessary restarts [Conformance]" classname="Kubernetes e2e suite" status="failed" time="301.2">
       <failure message="unexpected pod daemon-set-x be restarted&#xA;more detail" type="failed">stack</failure>
@@ -43,6 +43,9 @@ func TestSummarize(t *testing.T) {
 		if !hasRow(table, row.result, row.name) {
 			t.Errorf("table lacks %s %s:\n%s", row.result, row.name, table)
 		}
+	}
+	if !strings.Contains(table, "PASS    12.5 ") {
+		t.Errorf("seconds not shown with one decimal:\n%s", table)
 	}
 	for _, want := range []string{
 		"  unexpected pod daemon-set-x be restarted\n",
