@@ -62,6 +62,7 @@ func summarize(r junitReport) summary {
 	for _, suite := range r.Suites {
 		for _, c := range suite.Cases {
 			name, isSpec := strings.CutPrefix(c.Name, "[It] ")
+			name = trimLabels(name)
 			row := spec{name: name, seconds: c.Time}
 			if secs, err := strconv.ParseFloat(c.Time, 64); err == nil {
 				row.seconds = strconv.FormatFloat(secs, 'f', 1, 64)
@@ -102,6 +103,21 @@ func summarize(r junitReport) summary {
 	}
 	sort.SliceStable(s.specs, func(i, j int) bool { return s.specs[i].name < s.specs[j].name })
 	return s
+}
+
+// trimLabels drops the list of labels ginkgo appends to a spec's name ("… [Serial]
+// [sig-apps, Serial]") when every label in it is already in the name as "[label]".
+func trimLabels(name string) string {
+	i := strings.LastIndex(name, " [")
+	if i < 0 || !strings.HasSuffix(name, "]") {
+		return name
+	}
+	for _, l := range strings.Split(name[i+2:len(name)-1], ", ") {
+		if !strings.Contains(name[:i], "["+l+"]") {
+			return name
+		}
+	}
+	return name[:i]
 }
 
 // firstLine keeps a reason short enough for a table row.

@@ -12,7 +12,7 @@ const sample = `<?xml version="1.0" encoding="UTF-8"?>
 <testsuites tests="5" failures="1">
   <testsuite name="Kubernetes e2e suite" tests="5">
     <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.017213654"></testcase>
-    <testcase name="[It] [sig-apps] Daemon set [Serial] should run and stop simple daemon [Conformance]" classname="Kubernetes e2e suite" status="passed" time="12.5"></testcase>
+    <testcase name="[It] [sig-apps] Daemon set [Serial] should run and stop simple daemon [Conformance] [sig-apps, Serial, Conformance]" classname="Kubernetes e2e suite" status="passed" time="12.5"></testcase>
     <testcase name="[It] [sig-apps] Daemon set [Serial] should rollback without unnecessary restarts [Conformance]" classname="Kubernetes e2e suite" status="failed" time="301.2">
       <failure message="unexpected pod daemon-set-x be restarted&#xA;more detail" type="failed">stack</failure>
     </testcase>
@@ -70,4 +70,17 @@ func hasRow(table, result, name string) bool {
 		}
 	}
 	return false
+}
+
+func TestTrimLabels(t *testing.T) {
+	for in, want := range map[string]string{
+		"[sig-apps] Daemon set should x [Serial] [sig-apps, Serial]": "[sig-apps] Daemon set should x [Serial]",
+		"[sig-apps] Daemon set should x [Serial] [sig-apps]":         "[sig-apps] Daemon set should x [Serial]",
+		"[sig-apps] Daemon set should x [Feature:Y]":                 "[sig-apps] Daemon set should x [Feature:Y]",
+		"a spec without labels":                                      "a spec without labels",
+	} {
+		if got := trimLabels(in); got != want {
+			t.Errorf("trimLabels(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
