@@ -218,7 +218,7 @@ func (c *podController) record(n *stubNode, pod *corev1.Pod, node *corev1.Node, 
 	}
 	if pod.Status.StartTime != nil {
 		// Admitted by an earlier run of this stub: keep what it decided.
-		rec := &podRecord{admitted: true, start: *pod.Status.StartTime, ip: pod.Status.PodIP}
+		rec := &podRecord{admitted: true, start: pod.Status.StartTime.Time, ip: pod.Status.PodIP}
 		if rec.ip == "" {
 			var err error
 			if rec.ip, err = c.podIP(n, pod, node); err != nil {
@@ -244,7 +244,7 @@ func (c *podController) record(n *stubNode, pod *corev1.Pod, node *corev1.Node, 
 	if err != nil {
 		return nil, err
 	}
-	rec.admitted, rec.ip, rec.start = true, ip, ts(now)
+	rec.admitted, rec.ip, rec.start = true, ip, now
 	if cf := n.tmpl.Faults; cf.FailAfter > 0 && n.chance(cf.FailRate) {
 		rec.failAfter = cf.FailAfter
 	}

@@ -20,8 +20,10 @@ import (
 type podRecord struct {
 	admitted bool
 	rejected *admission
-	start    metav1.Time
-	ip       string
+	// start is when the node admitted the pod, to the clock's precision (the API keeps whole
+	// seconds of it as startTime); delays and probe timing count from it.
+	start time.Time
+	ip    string
 	// failAfter is the configured fail-after decided for this pod at admission (0: never);
 	// the fail-after annotation, when present, applies on top of it to every pod.
 	failAfter time.Duration
@@ -40,7 +42,7 @@ type podTimeline struct {
 }
 
 func timeline(rec *podRecord, startDelay time.Duration, f faults) podTimeline {
-	tl := podTimeline{start: rec.start.Time}
+	tl := podTimeline{start: rec.start}
 	tl.running = tl.start.Add(startDelay)
 	tl.ready = tl.running.Add(f.readyDelay)
 	switch {
@@ -414,7 +416,7 @@ func baseStatus(pod *corev1.Pod, hostIP string, rec *podRecord) corev1.PodStatus
 	s.HostIPs = []corev1.HostIP{{IP: hostIP}}
 	s.PodIP = rec.ip
 	s.PodIPs = []corev1.PodIP{{IP: rec.ip}}
-	start := rec.start
+	start := ts(rec.start)
 	s.StartTime = &start
 	return s
 }

@@ -20,7 +20,7 @@ func statusAt(t *testing.T, pod *corev1.Pod, d time.Duration, probes [numProbeKi
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &podRecord{admitted: true, start: metav1.NewTime(t0), ip: "10.128.0.2"}
+	rec := &podRecord{admitted: true, start: t0, ip: "10.128.0.2"}
 	return startedStatus(pod, statusInput{
 		hostIP: "172.16.0.1",
 		rec:    rec,
