@@ -9,6 +9,9 @@
 #   make compose-down  remove the containers, network, etcd volumes and $(COMPOSE_DIR)
 #   make compose-test  the fault-test suite (test/compose): builds, brings up its own stack
 #                      under a unique project name, runs the faults, removes everything
+#   make conformance   upstream's e2e specs (FOCUS, default '\[sig-apps\] Daemon set') against
+#                      `miniplane up --nodes $(NODES)`; builds upstream's e2e binary once (long).
+#                      Not part of CI; see test/conformance/run.sh --help
 
 SHELL := /bin/bash
 GO ?= go
@@ -33,7 +36,7 @@ export MINIPLANE_GID := $(shell id -g)
 
 COMPOSE_CMD = $(COMPOSE) -f docker-compose.yml -p $(COMPOSE_PROJECT)
 
-.PHONY: build image compose-up compose-ps compose-logs compose-down compose-test
+.PHONY: build image compose-up compose-ps compose-logs compose-down compose-test conformance
 
 # Same compile mode as `CGO_ENABLED=0 go test` (no -trimpath), so the build cache is shared.
 build:
@@ -92,3 +95,6 @@ compose-down:
 
 compose-test:
 	MINIPLANE_COMPOSE_TEST=1 CGO_ENABLED=0 $(GO) test -count=1 -timeout 30m -v ./test/compose/
+
+conformance:
+	test/conformance/run.sh

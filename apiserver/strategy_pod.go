@@ -494,9 +494,15 @@ func (podStrategy) tableRow(obj runtime.Object, now time.Time) []any {
 	if pod.Status.Reason != "" {
 		reason = pod.Status.Reason
 	}
+	initializing := false
+	if r, ok := initContainersReason(pod); ok {
+		reason, initializing = r, true
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		restarts += cs.RestartCount
 		switch {
+		case initializing && cs.State.Running == nil:
+			// Not started: the init container that holds it back speaks.
 		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
 			reason = cs.State.Waiting.Reason
 		case cs.State.Terminated != nil && cs.State.Terminated.Reason != "":

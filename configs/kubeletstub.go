@@ -36,6 +36,15 @@ const (
 	DefaultStubInternalIPCIDR = "172.16.0.0/12"
 )
 
+// DefaultStubImagePullFailures returns the images no stub node can pull unless configured
+// otherwise: what Kubernetes' own end-to-end tests use to mean "an image that does not exist"
+// (the tags non-existent and nonexistent, the registry invalid.registry.k8s.io) and every
+// registry under the .invalid top-level domain, which RFC 2606 reserves for names that must
+// never resolve. Everything else, registry.example/… or docker.io/…, pulls.
+func DefaultStubImagePullFailures() []string {
+	return []string{":non-existent", ":nonexistent", ".invalid", "invalid.registry.k8s.io/"}
+}
+
 // KubeletStub configures `miniplane kubeletstub` (and the stub nodes of `miniplane up`): one
 // node (NodeName) or a fleet of Nodes nodes named NodePrefix-0 … NodePrefix-(Nodes-1), all
 // sharing one pod watch and one node watch.
@@ -95,6 +104,17 @@ type KubeletStub struct {
 	// FaultSeed seeds the per-node random numbers that apply the fault rates, so a fleet
 	// experiment can be repeated; default 1.
 	FaultSeed int64 `mapstructure:"fault-seed"`
+
+	// ImagePullFailures are the images that no node of the fleet can pull: their containers
+	// wait in ErrImagePull and ImagePullBackOff and the pod stays Pending, as on a kubelet
+	// whose registry answers "not found". An entry is ":TAG" (any image with that tag),
+	// ".DOMAIN" (any registry whose host name ends so), "REGISTRY/" (one registry host,
+	// port included if the image names one), "*" (every image) or an image reference
+	// ("busybox" matches every tag of docker.io/library/busybox, "busybox:1.36" only that
+	// one). Default DefaultStubImagePullFailures; an empty list pulls everything. The node
+	// annotation stub.miniplane.io/image-pull-failures adds entries for one node. Flag
+	// --image-pull-failures.
+	ImagePullFailures []string `mapstructure:"image-pull-failures" flag:"image-pull-failures" help:"images no stub node can pull: :TAG, .DOMAIN, REGISTRY/, * or an image reference"`
 
 	// Template describes every node.
 	Template StubNodeTemplate `mapstructure:"template"`
@@ -207,6 +227,7 @@ func DefaultKubeletStub() KubeletStub {
 		NodeCIDRMaskSize:   DefaultStubNodeCIDRMaskSize,
 		InternalIPCIDR:     DefaultStubInternalIPCIDR,
 		FaultSeed:          1,
+		ImagePullFailures:  DefaultStubImagePullFailures(),
 		Template: StubNodeTemplate{
 			Capacity: StubResources{CPU: "4", Memory: "16Gi", Pods: 110, EphemeralStorage: "100Gi"},
 			Faults:   StubFaults{RejectRate: 1, FailRate: 1},
@@ -349,6 +370,11 @@ func (c KubeletStub) Validate() error {
 	}
 	if err := c.validateNetworks(len(names)); err != nil {
 		return err
+	}
+	for _, e := range c.ImagePullFailures {
+		if err := ValidateImagePattern(e); err != nil {
+			return invalidf("image-pull-failures", "%v", err)
+		}
 	}
 	if err := c.Template.validate("", c.NodeCIDRMaskSize); err != nil {
 		return within("template", err)
@@ -502,6 +528,29 @@ func (t StubNodeTemplate) validate(where string, nodeMaskSize int) error {
 		if _, ok := StubConditionStatus(v); !ok {
 			return bad("faults::conditions", "%s=%q must be True, False or Unknown", k, v)
 		}
+	}
+	return nil
+}
+
+// ValidateImagePattern checks the syntax of one image-pull-failures entry (see
+// KubeletStub.ImagePullFailures); the stub's matcher and its node annotation use the same
+// rules.
+func ValidateImagePattern(e string) error {
+	switch {
+	case e == "" || strings.TrimSpace(e) != e || strings.ContainsAny(e, " \t,"):
+		return fmt.Errorf("entry %q is empty or contains spaces or commas", e)
+	case e == "*":
+	case strings.HasPrefix(e, ":"):
+		if len(e) == 1 || len(e) > 129 || strings.ContainsAny(e[1:], ":/@") {
+			return fmt.Errorf("entry %q: a tag is 1 to 128 characters without ':', '/' or '@'", e)
+		}
+	case strings.HasPrefix(e, "."), strings.HasSuffix(e, "/"):
+		host := strings.TrimSuffix(strings.TrimPrefix(e, "."), "/")
+		if host == "" || strings.ContainsAny(host, "/@") {
+			return fmt.Errorf("entry %q: want .DOMAIN or REGISTRY/ with a host name", e)
+		}
+	case strings.Contains(e, "*"):
+		return fmt.Errorf("entry %q: '*' stands alone; use :TAG, .DOMAIN or REGISTRY/ for a group of images", e)
 	}
 	return nil
 }

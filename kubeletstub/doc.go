@@ -11,8 +11,12 @@
 //     node), checks each node's status every heartbeat interval, writes it when something
 //     changed or the report interval passed, and renews each node's Lease;
 //   - the pod controller admits pods bound to the fleet's nodes (resources, host ports,
-//     node affinity, NoExecute taints), moves them Pending → Running → Ready, fails them when
-//     a fault says so, and stops and deletes them when they are deleted.
+//     node affinity, NoExecute taints), moves them Pending → Running → Ready as a kubelet's
+//     containers would (image pulls that fail and back off, init containers in order,
+//     startup and readiness probe timing), fails them when a fault says so, and stops and
+//     deletes them when they are deleted. A pod's status is a pure function of its spec, the
+//     node's record of it, the faults and the clock; the one timer queue of the fleet wakes
+//     it when that status next changes by itself.
 //
 // The fleet shares one node informer and one pod informer.
 //
@@ -25,6 +29,10 @@
 //	stub.miniplane.io/conditions: "MemoryPressure=True,DiskPressure=True"
 //	                                            the node reports these condition statuses
 //	stub.miniplane.io/stop-heartbeats: "true"   no status updates or Lease renewals
+//	stub.miniplane.io/image-pull-failures: ":v2,registry.example/"
+//	                                            images the node cannot pull (ErrImagePull,
+//	                                            ImagePullBackOff), on top of the configured ones
+//	stub.miniplane.io/fail-probes: "readiness"  readiness (or startup) probes fail
 //
 // The same behaviours can be set per node in the configuration (configs.StubFaults), with
 // a rate (reject 20% of pods, fail 10%) drawn from a per-node random seeded by fault-seed.

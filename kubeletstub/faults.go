@@ -34,7 +34,20 @@ const (
 	// so the node lifecycle controller sees it go unreachable; removing it (or "false")
 	// resumes them at once.
 	AnnotationStopHeartbeats = "stub.miniplane.io/stop-heartbeats"
+	// AnnotationImagePullFailures (":TAG,.DOMAIN,REGISTRY/,*,IMAGE", the entries of
+	// configs.KubeletStub.ImagePullFailures) names images the node cannot pull, on top of
+	// the configured ones: their containers wait in ErrImagePull and ImagePullBackOff.
+	AnnotationImagePullFailures = "stub.miniplane.io/image-pull-failures"
+	// AnnotationFailProbes ("readiness", "startup" or both, comma-separated) makes those
+	// probes fail on the node's containers that have them: readiness turns ready containers
+	// unready after failureThreshold periods and keeps others unready; a failing startup
+	// probe keeps containers not started (and unready). Removing it lets them recover.
+	AnnotationFailProbes = "stub.miniplane.io/fail-probes"
 )
+
+// faultAnnotations are the annotations whose change re-syncs a node's pods.
+var faultAnnotations = []string{AnnotationRejectPods, AnnotationFailAfter, AnnotationReadyDelay, AnnotationConditions,
+	AnnotationStopHeartbeats, AnnotationImagePullFailures, AnnotationFailProbes}
 
 // DefaultRejectReason is the reason of AnnotationRejectPods when its value is empty.
 const DefaultRejectReason = "Rejected"
@@ -56,6 +69,10 @@ type faults struct {
 	// conditions overrides the status of node conditions.
 	conditions     map[corev1.NodeConditionType]corev1.ConditionStatus
 	stopHeartbeats bool
+	// pullFailures are the node annotation's image patterns (the fleet's are added to them).
+	pullFailures []imagePattern
+	// failProbes lists the probe kinds that fail.
+	failProbes [numProbeKinds]bool
 }
 
 // currentFaults combines the node's configured template with the annotations of its Node
@@ -101,6 +118,14 @@ func currentFaults(tmpl *configs.StubNodeTemplate, annotations map[string]string
 			f.stopHeartbeats = b
 		}
 	}
+	if v, ok := annotations[AnnotationImagePullFailures]; ok {
+		if p, err := parseImageAnnotation(v); err == nil {
+			f.pullFailures = p
+		}
+	}
+	if v, ok := annotations[AnnotationFailProbes]; ok {
+		f.failProbes, _ = parseProbeKinds(v)
+	}
 	return f
 }
 
@@ -125,12 +150,22 @@ func annotationProblems(annotations map[string]string) []error {
 			errs = append(errs, fmt.Errorf("%s: %q is not a boolean", AnnotationStopHeartbeats, v))
 		}
 	}
+	if v, ok := annotations[AnnotationImagePullFailures]; ok {
+		if _, err := parseImageAnnotation(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", AnnotationImagePullFailures, err))
+		}
+	}
+	if v, ok := annotations[AnnotationFailProbes]; ok {
+		if _, unknown := parseProbeKinds(v); len(unknown) > 0 {
+			errs = append(errs, fmt.Errorf("%s: %q: want readiness, startup or both", AnnotationFailProbes, strings.Join(unknown, ",")))
+		}
+	}
 	return errs
 }
 
 // faultAnnotationsChanged reports whether any stub.miniplane.io/ annotation differs.
 func faultAnnotationsChanged(old, cur map[string]string) bool {
-	for _, key := range []string{AnnotationRejectPods, AnnotationFailAfter, AnnotationReadyDelay, AnnotationConditions, AnnotationStopHeartbeats} {
+	for _, key := range faultAnnotations {
 		ov, ook := old[key]
 		cv, cok := cur[key]
 		if ook != cok || ov != cv {

@@ -137,6 +137,11 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 		return nil, fmt.Errorf("kubeletstub: metrics: %w", err)
 	}
 
+	pullFailures, err := parseImagePatterns(cfg.ImagePullFailures)
+	if err != nil {
+		return nil, fmt.Errorf("kubeletstub: image-pull-failures: %w", err)
+	}
+
 	names := cfg.NodeNames()
 	f.byName = make(map[string]*stubNode, len(names))
 	resources := resourceCache{}
@@ -152,6 +157,7 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 
 	f.buildInformers()
 	f.buildLoops()
+	f.pods.pullFailures = pullFailures
 	if err := f.addHandlers(); err != nil {
 		return nil, fmt.Errorf("kubeletstub: %w", err)
 	}

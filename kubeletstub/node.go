@@ -61,6 +61,9 @@ type stubNode struct {
 	rng      *rand.Rand
 	ipCursor uint32
 	recorder record.EventRecorder
+	// probeFaults are the node's probe-fault episodes, nil until a fail-probes annotation is
+	// first seen (most nodes never have one).
+	probeFaults *[numProbeKinds]probeEpisode
 
 	// Heartbeat state, each touched only by the worker holding that node's status or lease
 	// key (the work queue never hands one key to two workers at once).
@@ -365,4 +368,21 @@ func (n *stubNode) allocateIP(block string, used map[string]bool) (string, error
 		}
 	}
 	return "", fmt.Errorf("pod CIDR %s is full", block)
+}
+
+// observeProbeFaults records whether each probe fault is in force at now and returns the
+// node's episodes.
+func (n *stubNode) observeProbeFaults(f faults, now time.Time) [numProbeKinds]probeEpisode {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.probeFaults == nil {
+		if f.failProbes == ([numProbeKinds]bool{}) {
+			return [numProbeKinds]probeEpisode{}
+		}
+		n.probeFaults = &[numProbeKinds]probeEpisode{}
+	}
+	for k := range n.probeFaults {
+		n.probeFaults[k].observe(f.failProbes[k], now)
+	}
+	return *n.probeFaults
 }

@@ -50,6 +50,8 @@ type podController struct {
 	metrics *metrics
 	// newRecorder returns a node's event recorder; nil records no events.
 	newRecorder func(node string) record.EventRecorder
+	// pullFailures are the images no node of the fleet can pull (configuration).
+	pullFailures []imagePattern
 }
 
 func (c *podController) enqueue(pod *corev1.Pod) {
@@ -173,7 +175,14 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	if rec.rejected != nil {
 		want = rejectedStatus(pod, rec.rejected)
 	} else {
-		want, wake = startedStatus(pod, n.hostIP, rec, timeline(rec, n.tmpl.StartDelay, f), now)
+		want, wake = startedStatus(pod, statusInput{
+			hostIP: n.hostIP,
+			rec:    rec,
+			tl:     timeline(rec, n.tmpl.StartDelay, f),
+			pulls:  pullPolicy{cluster: c.pullFailures, node: f.pullFailures},
+			probes: n.observeProbeFaults(f, now),
+			now:    now,
+		})
 	}
 	var wakeAt time.Time
 	if wake > 0 {
@@ -192,6 +201,8 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	rec.written = &want
 	if rec.rejected != nil {
 		c.event(n, pod, corev1.EventTypeWarning, rec.rejected.reason, rec.rejected.message)
+	} else {
+		c.pullEvents(n, pod, &pod.Status, &want)
 	}
 	return wakeAt, nil
 }
@@ -207,7 +218,7 @@ func (c *podController) record(n *stubNode, pod *corev1.Pod, node *corev1.Node, 
 	}
 	if pod.Status.StartTime != nil {
 		// Admitted by an earlier run of this stub: keep what it decided.
-		rec := &podRecord{admitted: true, start: *pod.Status.StartTime, ip: pod.Status.PodIP}
+		rec := &podRecord{admitted: true, start: pod.Status.StartTime.Time, ip: pod.Status.PodIP}
 		if rec.ip == "" {
 			var err error
 			if rec.ip, err = c.podIP(n, pod, node); err != nil {
@@ -233,7 +244,7 @@ func (c *podController) record(n *stubNode, pod *corev1.Pod, node *corev1.Node, 
 	if err != nil {
 		return nil, err
 	}
-	rec.admitted, rec.ip, rec.start = true, ip, ts(now)
+	rec.admitted, rec.ip, rec.start = true, ip, now
 	if cf := n.tmpl.Faults; cf.FailAfter > 0 && n.chance(cf.FailRate) {
 		rec.failAfter = cf.FailAfter
 	}

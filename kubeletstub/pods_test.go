@@ -60,7 +60,17 @@ func TestPodLifecycle(t *testing.T) {
 		t.Errorf("container not ready: %+v", a.Status.ContainerStatuses[0])
 	}
 
-	// A steady pod is not written again, even when its node's pods are all re-synced.
+	// A steady pod is not written again, even when its node's pods are all re-synced. Wait
+	// until the fleet's own cache shows them Ready too: a re-sync from an older cached
+	// status would compute a newer transition and rightly write it.
+	poll.Until(t, waitTimeout, "the fleet's cache has a and b Ready", func() bool {
+		for _, name := range []string{"a", "b"} {
+			if p, err := tf.pods.podLister.Pods("default").Get(name); err != nil || !podReady(p) {
+				return false
+			}
+		}
+		return true
+	})
 	writes := tf.statusUpdates()
 	syncs := counterValue(t, tf.metrics.podSyncs)
 	tf.clock.Step(time.Minute)

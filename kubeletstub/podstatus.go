@@ -20,8 +20,10 @@ import (
 type podRecord struct {
 	admitted bool
 	rejected *admission
-	start    metav1.Time
-	ip       string
+	// start is when the node admitted the pod, to the clock's precision (the API keeps whole
+	// seconds of it as startTime); delays and probe timing count from it.
+	start time.Time
+	ip    string
 	// failAfter is the configured fail-after decided for this pod at admission (0: never);
 	// the fail-after annotation, when present, applies on top of it to every pod.
 	failAfter time.Duration
@@ -40,7 +42,7 @@ type podTimeline struct {
 }
 
 func timeline(rec *podRecord, startDelay time.Duration, f faults) podTimeline {
-	tl := podTimeline{start: rec.start.Time}
+	tl := podTimeline{start: rec.start}
 	tl.running = tl.start.Add(startDelay)
 	tl.ready = tl.running.Add(f.readyDelay)
 	switch {
@@ -52,36 +54,64 @@ func timeline(rec *podRecord, startDelay time.Duration, f faults) podTimeline {
 	return tl
 }
 
+// statusInput is what an admitted pod's status is computed from, besides the pod itself.
+type statusInput struct {
+	hostIP string
+	rec    *podRecord
+	tl     podTimeline
+	pulls  pullPolicy
+	probes [numProbeKinds]probeEpisode
+	now    time.Time
+}
+
+// waker keeps the soonest instant after now at which a status changes by itself.
+type waker struct {
+	now, next time.Time
+}
+
+func (w *waker) at(t time.Time) {
+	if t.After(w.now) && (w.next.IsZero() || t.Before(w.next)) {
+		w.next = t
+	}
+}
+
+func (w *waker) after() time.Duration {
+	if w.next.IsZero() {
+		return 0
+	}
+	return w.next.Sub(w.now)
+}
+
 // startedStatus is the status of an admitted pod at now, and how long until it next changes
 // (0 when it will not change by itself).
-func startedStatus(pod *corev1.Pod, hostIP string, rec *podRecord, tl podTimeline, now time.Time) (corev1.PodStatus, time.Duration) {
-	s := baseStatus(pod, hostIP, rec)
+func startedStatus(pod *corev1.Pod, in statusInput) (corev1.PodStatus, time.Duration) {
+	tl, now := in.tl, in.now
+	s := baseStatus(pod, in.hostIP, in.rec)
 	start := ts(tl.start)
+	w := waker{now: now}
 	setPodCondition(&s, corev1.PodScheduled, corev1.ConditionTrue, "", start)
-	setPodCondition(&s, corev1.PodInitialized, corev1.ConditionTrue, "", start)
-	var wake time.Duration
-	soonest := func(t time.Time) {
-		if d := t.Sub(now); d > 0 && (wake == 0 || d < wake) {
-			wake = d
-		}
-	}
-	switch {
-	case now.Before(tl.running):
+	if now.Before(tl.running) {
+		// The sandbox is not ready: nothing has started yet.
 		s.Phase = corev1.PodPending
 		setPodCondition(&s, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "", start)
-		notReady(&s, pod, "ContainersNotReady", start)
+		setInitialized(&s, containerNames(pod.Spec.InitContainers), start)
+		notReady(&s, containerNames(pod.Spec.Containers), "ContainersNotReady", start)
 		s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, func(corev1.Container) corev1.ContainerState {
 			return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
 		}, nil)
 		s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, func(corev1.Container) corev1.ContainerState {
 			return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
 		}, nil)
-		soonest(tl.running)
-	case tl.fails && !now.Before(tl.failAt):
+		w.at(tl.running)
+		return s, w.after()
+	}
+	setPodCondition(&s, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", ts(tl.running))
+	p := planContainers(pod, in, &w)
+	allStarted := p.initialized && !p.waiting
+	if tl.fails && allStarted && !now.Before(tl.failAt) {
 		s.Phase = corev1.PodFailed
 		s.Message = fmt.Sprintf("The stub failed the pod's containers %s after they started (fault injection)", tl.failAt.Sub(tl.running))
-		setPodCondition(&s, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", ts(tl.running))
-		notReady(&s, pod, "PodFailed", ts(tl.failAt))
+		notReady(&s, containerNames(pod.Spec.Containers), "PodFailed", ts(tl.failAt))
 		terminated := func(c corev1.Container) corev1.ContainerState {
 			return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: 1, Reason: "Error", StartedAt: ts(tl.running), FinishedAt: ts(tl.failAt),
@@ -89,27 +119,232 @@ func startedStatus(pod *corev1.Pod, hostIP string, rec *podRecord, tl podTimelin
 		}
 		s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, initDone(tl, terminated), nil)
 		s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, terminated, nil)
-	default:
+		return s, 0
+	}
+	s.Phase = corev1.PodPending
+	if allStarted {
 		s.Phase = corev1.PodRunning
-		setPodCondition(&s, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", ts(tl.running))
-		ready := !now.Before(tl.ready)
-		if ready {
-			setPodCondition(&s, corev1.PodReady, corev1.ConditionTrue, "", ts(tl.ready))
-			setPodCondition(&s, corev1.ContainersReady, corev1.ConditionTrue, "", ts(tl.ready))
-		} else {
-			notReady(&s, pod, "ContainersNotReady", start)
-			soonest(tl.ready)
-		}
-		running := func(c corev1.Container) corev1.ContainerState {
-			return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ts(tl.running)}}
-		}
-		s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, initDone(tl, running), &ready)
-		s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, running, &ready)
 		if tl.fails {
-			soonest(tl.failAt)
+			w.at(tl.failAt)
 		}
 	}
-	return s, wake
+	if p.initialized {
+		setPodCondition(&s, corev1.PodInitialized, corev1.ConditionTrue, "", ts(p.initializedAt))
+	} else {
+		setInitialized(&s, p.incompleteInit, start)
+	}
+	if p.ready {
+		setPodCondition(&s, corev1.PodReady, corev1.ConditionTrue, "", ts(p.readySince))
+		setPodCondition(&s, corev1.ContainersReady, corev1.ConditionTrue, "", ts(p.readySince))
+	} else {
+		at := start
+		if !p.unreadySince.IsZero() {
+			at = ts(p.unreadySince)
+		}
+		notReady(&s, p.unready, "ContainersNotReady", at)
+	}
+	s.InitContainerStatuses, s.ContainerStatuses = p.init, p.main
+	return s, w.after()
+}
+
+// containerPlan is the state of a started pod's containers at one instant.
+type containerPlan struct {
+	init, main []corev1.ContainerStatus
+	// initialized: every init container completed (sidecars started), at initializedAt;
+	// otherwise incompleteInit names those that did not.
+	initialized    bool
+	initializedAt  time.Time
+	incompleteInit []string
+	// waiting: a main container has not started (its image cannot be pulled).
+	waiting bool
+	// ready: every main container and sidecar is ready, since readySince; otherwise unready
+	// names the main containers that are not, unready since unreadySince (zero: never ready).
+	ready        bool
+	readySince   time.Time
+	unready      []string
+	unreadySince time.Time
+}
+
+// planContainers runs the pod's containers the way a kubelet does once the sandbox is up:
+// init containers one after the other (a regular one completes at once, a sidecar keeps
+// running and the next one waits until it has started), then every main container; a
+// container whose image cannot be pulled waits, and so does everything after it in the
+// init sequence.
+func planContainers(pod *corev1.Pod, in statusInput, w *waker) containerPlan {
+	var p containerPlan
+	if len(pod.Spec.InitContainers) > 0 {
+		p.init = make([]corev1.ContainerStatus, 0, len(pod.Spec.InitContainers))
+	}
+	p.main = make([]corev1.ContainerStatus, 0, len(pod.Spec.Containers))
+	t := in.tl.running
+	blocked := false
+	allReady := true
+	// account records one container's readiness in the pod's.
+	account := func(name string, ready bool, since time.Time, main bool) {
+		switch {
+		case ready:
+			p.readySince = latest(p.readySince, since)
+		default:
+			allReady = false
+			if main {
+				p.unready = append(p.unready, name)
+			}
+			if !since.IsZero() && (p.unreadySince.IsZero() || since.Before(p.unreadySince)) {
+				p.unreadySince = since
+			}
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if blocked {
+			p.init = append(p.init, waitingStatus(pod, c, &corev1.ContainerStateWaiting{Reason: "PodInitializing"}))
+			p.incompleteInit = append(p.incompleteInit, c.Name)
+			continue
+		}
+		img := parseImage(c.Image)
+		if st, ok := pullBlocked(img, in, t, w); ok {
+			p.init = append(p.init, waitingStatus(pod, c, st))
+			p.incompleteInit = append(p.incompleteInit, c.Name)
+			blocked = true
+			continue
+		}
+		if isSidecar(c) {
+			cs, started, startedAt, ready, since := runningStatus(pod, c, img, in, t, w)
+			p.init = append(p.init, cs)
+			account(c.Name, ready, since, false)
+			if !started {
+				p.incompleteInit = append(p.incompleteInit, c.Name)
+				blocked = true
+				continue
+			}
+			t = latest(t, startedAt)
+			continue
+		}
+		at := ts(t)
+		p.init = append(p.init, corev1.ContainerStatus{
+			Name:         c.Name,
+			State:        corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: at, FinishedAt: at, ContainerID: containerID(pod, c)}},
+			Ready:        true,
+			Started:      ptrTo(false),
+			Image:        img.ref,
+			ImageID:      img.id(),
+			ContainerID:  containerID(pod, c),
+			RestartCount: restartCount(pod, c.Name),
+		})
+	}
+	p.initialized, p.initializedAt = !blocked, t
+	for _, c := range pod.Spec.Containers {
+		if blocked {
+			p.main = append(p.main, waitingStatus(pod, c, &corev1.ContainerStateWaiting{Reason: "PodInitializing"}))
+			account(c.Name, false, time.Time{}, true)
+			continue
+		}
+		img := parseImage(c.Image)
+		if st, ok := pullBlocked(img, in, t, w); ok {
+			p.main = append(p.main, waitingStatus(pod, c, st))
+			p.waiting = true
+			account(c.Name, false, time.Time{}, true)
+			continue
+		}
+		cs, _, _, ready, since := runningStatus(pod, c, img, in, t, w)
+		p.main = append(p.main, cs)
+		account(c.Name, ready, since, true)
+	}
+	p.ready = p.initialized && allReady
+	return p
+}
+
+// pullBlocked returns the waiting state of a container whose image cannot be pulled, the
+// pull having begun at since.
+func pullBlocked(img image, in statusInput, since time.Time, w *waker) (*corev1.ContainerStateWaiting, bool) {
+	why := ""
+	if img.invalid == nil {
+		if why = in.pulls.failure(img); why == "" {
+			return nil, false
+		}
+	}
+	st, next := pullWaiting(img, why, since, in.now)
+	w.at(next)
+	return st, true
+}
+
+// runningStatus is the status of a container running since running, with its probes: whether
+// it has started (startup probe) and when, and whether it is ready and since when.
+func runningStatus(pod *corev1.Pod, c corev1.Container, img image, in statusInput, running time.Time, w *waker) (cs corev1.ContainerStatus, started bool, at time.Time, ready bool, since time.Time) {
+	at, ok := startedAt(&c, running, in.probes[probeStartup])
+	started = ok && !in.now.Before(at)
+	if ok && !started {
+		w.at(at)
+	}
+	if started {
+		readyAt := at
+		if c.ReadinessProbe != nil {
+			readyAt = timingOf(c.ReadinessProbe).firstSuccess(running, at)
+		}
+		var next time.Time
+		ready, since, next = readiness(c.ReadinessProbe, latest(readyAt, in.tl.ready), in.probes[probeReadiness], in.now)
+		w.at(next)
+	}
+	cs = corev1.ContainerStatus{
+		Name:         c.Name,
+		State:        corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ts(running)}},
+		Ready:        ready,
+		Started:      ptrTo(started),
+		Image:        img.ref,
+		ImageID:      img.id(),
+		ContainerID:  containerID(pod, c),
+		RestartCount: restartCount(pod, c.Name),
+	}
+	return cs, started, at, ready, since
+}
+
+// waitingStatus is the status of a container that has not started: no ID, the image as the
+// pod spec names it.
+func waitingStatus(pod *corev1.Pod, c corev1.Container, st *corev1.ContainerStateWaiting) corev1.ContainerStatus {
+	return corev1.ContainerStatus{
+		Name:         c.Name,
+		State:        corev1.ContainerState{Waiting: st},
+		Started:      ptrTo(false),
+		Image:        c.Image,
+		RestartCount: restartCount(pod, c.Name),
+	}
+}
+
+func containerID(pod *corev1.Pod, c corev1.Container) string {
+	return fmt.Sprintf("stub://%s/%s", pod.UID, c.Name)
+}
+
+// restartCount keeps the count the pod's status has for the container: the stub never
+// restarts one, but does not reset a count either.
+func restartCount(pod *corev1.Pod, name string) int32 {
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.Name == name {
+				return cs.RestartCount
+			}
+		}
+	}
+	return 0
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func containerNames(cs []corev1.Container) []string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	return names
+}
+
+// setInitialized sets Initialized: True when there is nothing left to initialize, else False
+// naming the init containers that have not completed, as the kubelet does.
+func setInitialized(s *corev1.PodStatus, incomplete []string, at metav1.Time) {
+	if len(incomplete) == 0 {
+		setPodCondition(s, corev1.PodInitialized, corev1.ConditionTrue, "", at)
+		return
+	}
+	setPodConditionMessage(s, corev1.PodInitialized, corev1.ConditionFalse, "ContainersNotInitialized",
+		fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(incomplete, " ")), at)
 }
 
 // initDone gives regular init containers a completed state and sidecars (restartable init
@@ -148,7 +383,7 @@ func stoppedStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	s := *pod.Status.DeepCopy()
 	s.Phase = corev1.PodSucceeded
 	finished := ts(now)
-	notReady(&s, pod, "PodCompleted", finished)
+	notReady(&s, nil, "PodCompleted", finished)
 	stop := func(prev []corev1.ContainerStatus) func(corev1.Container) corev1.ContainerState {
 		return func(c corev1.Container) corev1.ContainerState {
 			t := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: finished}
@@ -181,20 +416,17 @@ func baseStatus(pod *corev1.Pod, hostIP string, rec *podRecord) corev1.PodStatus
 	s.HostIPs = []corev1.HostIP{{IP: hostIP}}
 	s.PodIP = rec.ip
 	s.PodIPs = []corev1.PodIP{{IP: rec.ip}}
-	start := rec.start
+	start := ts(rec.start)
 	s.StartTime = &start
 	return s
 }
 
-// notReady sets Ready and ContainersReady to False with the kubelet's message.
-func notReady(s *corev1.PodStatus, pod *corev1.Pod, reason string, at metav1.Time) {
-	names := make([]string, 0, len(pod.Spec.Containers))
-	for _, c := range pod.Spec.Containers {
-		names = append(names, c.Name)
-	}
-	msg := fmt.Sprintf("containers with unready status: [%s]", strings.Join(names, " "))
-	if reason == "PodCompleted" {
-		msg = ""
+// notReady sets Ready and ContainersReady to False with the kubelet's message naming the
+// containers that are not ready (none for a completed pod).
+func notReady(s *corev1.PodStatus, unready []string, reason string, at metav1.Time) {
+	msg := ""
+	if reason != "PodCompleted" {
+		msg = fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
 	}
 	setPodConditionMessage(s, corev1.PodReady, corev1.ConditionFalse, reason, msg, at)
 	setPodConditionMessage(s, corev1.ContainersReady, corev1.ConditionFalse, reason, msg, at)
@@ -237,12 +469,11 @@ func containerStatuses(pod *corev1.Pod, containers []corev1.Container, init bool
 		st := state(c)
 		started := st.Running != nil
 		cs := corev1.ContainerStatus{
-			Name:        c.Name,
-			State:       st,
-			Image:       c.Image,
-			ImageID:     c.Image,
-			ContainerID: fmt.Sprintf("stub://%s/%s", pod.UID, c.Name),
-			Started:     &started,
+			Name:         c.Name,
+			State:        st,
+			Image:        c.Image,
+			Started:      &started,
+			RestartCount: restartCount(pod, c.Name),
 		}
 		switch {
 		case st.Running != nil && ready != nil:
@@ -250,8 +481,11 @@ func containerStatuses(pod *corev1.Pod, containers []corev1.Container, init bool
 		case init && st.Terminated != nil && st.Terminated.ExitCode == 0:
 			cs.Ready = true
 		}
-		if st.Waiting != nil {
-			cs.ContainerID = ""
+		if st.Waiting == nil {
+			if img := parseImage(c.Image); img.invalid == nil {
+				cs.Image, cs.ImageID = img.ref, img.id()
+			}
+			cs.ContainerID = containerID(pod, c)
 		}
 		out = append(out, cs)
 	}

@@ -56,16 +56,33 @@ func (c *Controller) updateStatus(ctx context.Context, s *syncState, updateObser
 	if err != nil {
 		return fmt.Errorf("couldn't get node to daemon pod mapping for daemon set %q: %w", s.ds.Name, err)
 	}
-	st := c.computeStatus(s, nodeToPods, c.clock.Now())
+	now := c.clock.Now()
+	st := c.computeStatus(s, nodeToPods, now)
+	c.requeueForAvailability(s, nodeToPods, now)
 	if err := c.storeStatus(ctx, s.ds, st, updateObservedGen); err != nil {
 		return fmt.Errorf("error storing status for daemon set %s: %w", s.key, err)
 	}
-	// Pods that are ready but not yet available become available with the passing of time
-	// alone; no event would wake us then.
-	if s.ds.Spec.MinReadySeconds > 0 && st.ready != st.available {
-		c.enqueueAfter(s.ds, time.Duration(s.ds.Spec.MinReadySeconds)*time.Second)
-	}
 	return nil
+}
+
+// requeueForAvailability arms the next sync for the moment the first Ready pod of the
+// DaemonSet turns available, which happens with the passing of time alone and no watch event
+// announces (docs/daemonset-controller.md#min-ready-seconds). Every pod counts, not only
+// the oldest pod of a node that the status reports: during a surge the new pod's
+// availability is what lets the old one go. Re-arming on every sync, for the exact instant,
+// keeps one pending wake-up at or before each future availability even though the delaying
+// queue merges a later AddAfter of a waiting key into the earlier one.
+func (c *Controller) requeueForAvailability(s *syncState, nodeToPods map[string][]*corev1.Pod, now time.Time) {
+	var soonest time.Duration
+	found := false
+	for _, pods := range nodeToPods {
+		if d, ok := nextAvailable(pods, s.ds.Spec.MinReadySeconds, now); ok && (!found || d < soonest) {
+			soonest, found = d, true
+		}
+	}
+	if found {
+		c.enqueueAfter(s.ds, soonest)
+	}
 }
 
 // storeStatus writes st unless it equals the stored numbers and observedGeneration is

@@ -70,8 +70,8 @@ func TestStatusFields(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("status:\n got %+v\nwant %+v", got, want)
 	}
-	// Ready but not available with minReadySeconds: look again after minReadySeconds.
-	if got := f.takeAfters(); !reflect.DeepEqual(got, []after{{"default/web", 10 * time.Second}}) {
+	// n2 was Ready 5s ago and turns available 10s after that: look again then.
+	if got := f.takeAfters(); !reflect.DeepEqual(got, []after{{"default/web", 5*time.Second + availabilityMargin}}) {
 		t.Errorf("delayed enqueues = %v", got)
 	}
 

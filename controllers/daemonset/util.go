@@ -197,6 +197,40 @@ func isPodAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool 
 	return !c.LastTransitionTime.IsZero() && c.LastTransitionTime.Add(minReady).Before(now)
 }
 
+// availabilityMargin is how long after the instant a pod's availability is due the
+// DaemonSet is looked at again: a pod is available only when it has been Ready for *more*
+// than minReadySeconds, so a sync at the very instant would still find it unavailable. The
+// deadline and the check read the same clock, so a millisecond is plenty.
+const availabilityMargin = time.Millisecond
+
+// nextAvailable returns how long from now until the first of pods that is Ready but not yet
+// available turns available by the passing of time alone, and false when none will (no pod
+// waits, minReadySeconds is 0, or a Ready condition lacks the transition time that would
+// make it available). Pods being deleted are skipped: they will not be counted again.
+// (docs/daemonset-controller.md#min-ready-seconds)
+func nextAvailable(pods []*corev1.Pod, minReadySeconds int32, now time.Time) (time.Duration, bool) {
+	if minReadySeconds <= 0 {
+		return 0, false
+	}
+	minReady := time.Duration(minReadySeconds) * time.Second
+	var soonest time.Duration
+	found := false
+	for _, pod := range pods {
+		c := readyCondition(pod)
+		if pod.DeletionTimestamp != nil || c == nil || c.Status != corev1.ConditionTrue || c.LastTransitionTime.IsZero() {
+			continue
+		}
+		due := c.LastTransitionTime.Add(minReady)
+		if due.Before(now) {
+			continue // available already
+		}
+		if d := due.Sub(now) + availabilityMargin; !found || d < soonest {
+			soonest, found = d, true
+		}
+	}
+	return soonest, found
+}
+
 // isPodUpdated: the pod carries the current template hash
 // (docs/daemonset-controller.md#updated-pods). Upstream also compares the template-generation
 // label but against a formatted pointer, so only the hash ever matched.

@@ -108,7 +108,7 @@ func TestCompose(t *testing.T) {
 		if _, err := client.AppsV1().DaemonSets(testNamespace).Create(ctx, testDaemonSet(), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitDaemonSetRolledOut(ctx, t, client, "registry.invalid/fault-agent:1", 3*time.Minute)
+		waitDaemonSetRolledOut(ctx, t, client, "registry.example/fault-agent:1", 3*time.Minute)
 	})
 	step("etcd member stopped", func(t *testing.T) { etcdMemberDown(ctx, t, s, client) })
 	step("controller-manager leader killed", func(t *testing.T) { controllerManagerFailover(ctx, t, s, client, timings) })
@@ -143,7 +143,7 @@ func TestCompose(t *testing.T) {
 			t.Fatalf("%d of %d objects did not survive down/up: %s", len(missing), len(before), strings.Join(missing, "; "))
 		}
 		t.Logf("all %d objects (namespaces, nodes, leases, daemonsets, controllerrevisions, pods) survived down/up with their UIDs", len(before))
-		waitDaemonSetRolledOut(ctx, t, client, "registry.invalid/fault-agent:2", 2*time.Minute)
+		waitDaemonSetRolledOut(ctx, t, client, "registry.example/fault-agent:2", 2*time.Minute)
 	})
 }
 
@@ -184,7 +184,7 @@ func testDaemonSet() *appsv1.DaemonSet {
 					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
 						Name:  "agent",
-						Image: "registry.invalid/fault-agent:1",
+						Image: "registry.example/fault-agent:1",
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 							corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
 						}},
@@ -415,14 +415,14 @@ func controllerManagerFailover(ctx context.Context, t *testing.T, s *stack, c ku
 		if err != nil {
 			return err
 		}
-		ds.Spec.Template.Spec.Containers[0].Image = "registry.invalid/fault-agent:2"
+		ds.Spec.Template.Spec.Containers[0].Image = "registry.example/fault-agent:2"
 		_, err = c.AppsV1().DaemonSets(testNamespace).Update(ctx, ds, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	waitDaemonSetRolledOut(ctx, t, c, "registry.invalid/fault-agent:2", 4*time.Minute)
+	waitDaemonSetRolledOut(ctx, t, c, "registry.example/fault-agent:2", 4*time.Minute)
 	timings["rolling update under the new leader"] = time.Since(start)
 
 	// Back to two replicas for the rest of the test.
