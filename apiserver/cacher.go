@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -109,6 +110,8 @@ type cacher struct {
 
 	// progress asks etcd where the cache's watch is while reads wait for a revision.
 	progress *progressRequester
+	// readWait, when set, observes how long each read that had to wait did.
+	readWait prometheus.Observer
 }
 
 func newCacher(res *resource, st cacheSource, root string, historySize int, clk clock.Clock, log *slog.Logger) *cacher {
@@ -289,6 +292,10 @@ func (c *cacher) waitForRV(ctx context.Context, rv int64, timeout time.Duration)
 	c.mu.RUnlock()
 	if reached {
 		return nil
+	}
+	if c.readWait != nil {
+		start := c.clock.Now()
+		defer func() { c.readWait.Observe(c.clock.Since(start).Seconds()) }()
 	}
 	deadline := c.clock.NewTimer(timeout)
 	defer deadline.Stop()

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -464,6 +466,8 @@ func TestCacherRelistsAfterWatchError(t *testing.T) {
 // revision lets it go on, and it gives up with errTooLargeRV when its time is up.
 func TestCacherWaitForRV(t *testing.T) {
 	ct := newCacheTest(t, 10)
+	waits := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "test_read_wait_seconds"})
+	ct.c.readWait = waits
 	result := make(chan error, 1)
 
 	// Other resources changed up to 12: only a progress report can tell the cache.
@@ -495,9 +499,13 @@ func TestCacherWaitForRV(t *testing.T) {
 		t.Fatalf("waitForRV(13) once the cache applied a change at 13: %v", err)
 	}
 
-	// A revision already reached costs etcd nothing.
+	// A revision already reached costs etcd nothing, and is not a wait.
+	waited, _ := histogramOf(t, waits)
 	if err := ct.c.waitForRV(ct.ctx, 13, 3*time.Second); err != nil || ct.src.progressRequests() != 2 {
 		t.Fatalf("waitForRV(13) at 13: %v, %d progress requests, want no error and no new request", err, ct.src.progressRequests())
+	}
+	if n, _ := histogramOf(t, waits); n != waited || n < 2 {
+		t.Errorf("read waits observed: %d after a read at a reached revision, %d before; want the two waits above, and no more", n, waited)
 	}
 
 	go func() { result <- ct.c.waitForRV(ct.ctx, 14, 3*time.Second) }()
@@ -507,6 +515,20 @@ func TestCacherWaitForRV(t *testing.T) {
 	if err := <-result; !errors.Is(err, errTooLargeRV) {
 		t.Fatalf("waitForRV(14) past its timeout: %v, want errTooLargeRV", err)
 	}
+
+	if n, sum := histogramOf(t, waits); n != waited+1 || sum < 3 {
+		t.Errorf("read waits observed: %d totalling %vs, want %d with the 3s one", n, sum, waited+1)
+	}
+}
+
+// histogramOf returns how many values h observed, and their sum.
+func histogramOf(t *testing.T, h prometheus.Histogram) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 // TestCacherWaitFresh: a consistent read waits for the store's current revision, asking

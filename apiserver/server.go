@@ -99,6 +99,9 @@ func New(opts Options) (*Server, error) {
 		r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
 	}
 	s.metrics = newMetrics(s.reg)
+	for _, r := range s.reg.resources() {
+		r.cache.readWait = s.metrics.cacheReadWait.WithLabelValues(r.group, r.name)
+	}
 	s.inflight = newInflightLimiter(s.cfg.MaxRequestsInflight, s.cfg.MaxMutatingRequestsInflight, func(st *requestState) bool {
 		return st.user != nil && st.user.InGroup(s.cfg.AdminGroups...)
 	})

@@ -293,6 +293,7 @@ func TestWatchersDuringRollout(t *testing.T) {
 			break
 		}
 	}
+	t.Logf("pods watch cache: %s", readWaits(t, c))
 	if len(segments) < *flagWatchChurners {
 		t.Errorf("only %d churned watches during the rollout", len(segments))
 	}
@@ -400,4 +401,24 @@ func diffChanges(got, want []change) string {
 		return fmt.Sprintf("%d changes, want %d", len(got), len(want))
 	}
 	return "same changes"
+}
+
+// readWaits summarises the server's apiserver_watch_cache_read_wait_seconds for pods: how
+// many reads waited for the watch cache, and how many of them waited up to each bound.
+func readWaits(t *testing.T, c kubernetes.Interface) string {
+	t.Helper()
+	data, err := c.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	var buckets []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "apiserver_watch_cache_read_wait_seconds_bucket{") || !strings.Contains(line, `resource="pods"`) {
+			continue
+		}
+		le := line[strings.Index(line, `le="`)+4:]
+		le = le[:strings.Index(le, `"`)]
+		buckets = append(buckets, "≤"+le+"s: "+strings.TrimSpace(line[strings.LastIndex(line, " "):]))
+	}
+	return "reads that waited, by wait: " + strings.Join(buckets, ", ")
 }
