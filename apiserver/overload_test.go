@@ -175,9 +175,9 @@ func TestOverload(t *testing.T) {
 	}
 	// A watch does not count, and is not refused.
 	wg.Go(func() {
-		code, _, body, err := reader.do(stormCtx, "GET", "/api/v1/namespaces/default/events?watch=true&timeoutSeconds=1", "")
+		code, _, body, err := reader.do(ctx, "GET", "/api/v1/namespaces/default/events?watch=true&timeoutSeconds=1", "")
 		if err != nil || code != 200 {
-			t.Errorf("a watch during the storm: %d %s %v", code, body, err)
+			t.Errorf("a watch during the storm: %d %.200s %v", code, body, err)
 		}
 	})
 	for i := 0; i < overloadWriters; i++ {
