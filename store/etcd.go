@@ -424,7 +424,8 @@ func (s *EtcdStore) Delete(ctx context.Context, key string, preconditions *Preco
 const watchStreamKey = "miniplane-watch-prefix-bin"
 
 // watchStreamCtx is ctx bound to prefix's watch stream. clientv3 picks a watch's stream,
-// and the stream a progress request goes to, by the context's outgoing metadata.
+// and the stream a progress request goes to, by the context's whole outgoing metadata, so
+// it replaces any the caller's context carries: Watch and RequestProgress must agree.
 func watchStreamCtx(ctx context.Context, prefix string) context.Context {
 	return metadata.NewOutgoingContext(ctx, metadata.Pairs(watchStreamKey, prefix))
 }
