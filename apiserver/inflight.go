@@ -46,9 +46,9 @@ func (l *inflightLimiter) collectors() []prometheus.Collector {
 	return []prometheus.Collector{gauge("readOnly", l.readOnly), gauge("mutating", l.mutating)}
 }
 
-// wrap limits next. It must run after authentication: upstream serves system:masters
-// even beyond the limit ("a super-admin … should always get an answer"), and here the
-// administrators are the configured admin groups.
+// wrap limits next. It must run after authentication: kube-apiserver lets members of
+// system:masters through even beyond the limit, so that an administrator can always act
+// on an overloaded server, and here the administrators are the configured admin groups.
 func (l *inflightLimiter) wrap(next http.Handler) http.Handler {
 	if l.readOnly == nil && l.mutating == nil {
 		return next
