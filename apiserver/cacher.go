@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -69,7 +70,7 @@ type cacheEvent struct {
 type cacheSource interface {
 	List(ctx context.Context, prefix string, opts store.ListOptions) (*store.ListResult, error)
 	Watch(ctx context.Context, prefix string, fromRevision int64) (<-chan store.Event, error)
-	RequestProgress(ctx context.Context) error
+	RequestProgress(ctx context.Context, prefix string) error
 	CurrentRevision(ctx context.Context) (int64, error)
 }
 
@@ -113,10 +114,14 @@ type cacher struct {
 	// onEvent, when set, is told of every change applied, with the object's key and
 	// namespace; it runs under mu and must be quick.
 	onEvent func(key, namespace string)
+	// progress asks etcd where the cache's watch is while reads wait for a revision.
+	progress *progressRequester
+	// readWait, when set, observes how long each read that had to wait did.
+	readWait prometheus.Observer
 }
 
 func newCacher(res *resource, st cacheSource, root string, historySize int, clk clock.Clock, log *slog.Logger) *cacher {
-	return &cacher{
+	c := &cacher{
 		res: res, store: st, root: root, prefix: res.keyPrefix(root, ""), historySize: historySize,
 		clock:    clk,
 		log:      log.With("resource", res.name),
@@ -125,10 +130,15 @@ func newCacher(res *resource, st cacheSource, root string, historySize int, clk 
 		watchers: map[*cacheWatcher]struct{}{},
 		advanced: make(chan struct{}),
 	}
+	c.progress = newProgressRequester(func(ctx context.Context) error {
+		return st.RequestProgress(ctx, c.prefix)
+	}, clk, c.log)
+	return c
 }
 
 // run keeps the cache current until ctx ends, re-listing after any watch failure.
 func (c *cacher) run(ctx context.Context) {
+	go c.progress.run(ctx)
 	for {
 		err := c.listAndWatch(ctx)
 		if ctx.Err() != nil {
@@ -279,15 +289,42 @@ func (c *cacher) currentRV() int64 {
 var errTooLargeRV = errors.New("too large resource version")
 
 // waitForRV blocks until the cache has reached rv, for at most timeout.
+//
+// Every revision the server hands out (a write's, a list's) is a store revision, and
+// most of them are changes to other resources: this cache's watch sees nothing at them,
+// so waiting for a change of its own could take as long as the resource stays quiet.
+// While it waits, the cache asks etcd for a progress report, which tells it within
+// milliseconds that its watch has seen everything up to the store's current revision.
 func (c *cacher) waitForRV(ctx context.Context, rv int64, timeout time.Duration) error {
+	c.mu.RLock()
+	reached := c.ready && c.rv >= rv
+	c.mu.RUnlock()
+	if reached {
+		return nil
+	}
+	if c.readWait != nil {
+		start := c.clock.Now()
+		defer func() { c.readWait.Observe(c.clock.Since(start).Seconds()) }()
+	}
 	deadline := c.clock.NewTimer(timeout)
 	defer deadline.Stop()
+	asking := false
+	defer func() {
+		if asking {
+			c.progress.done()
+		}
+	}()
 	for {
 		c.mu.RLock()
 		reached, ready, advanced := c.rv >= rv, c.ready, c.advanced
 		c.mu.RUnlock()
 		if ready && reached {
 			return nil
+		}
+		// Until the first list is in, there is no watch to report on.
+		if ready && !asking {
+			c.progress.add()
+			asking = true
 		}
 		select {
 		case <-advanced:
@@ -300,45 +337,14 @@ func (c *cacher) waitForRV(ctx context.Context, rv int64, timeout time.Duration)
 }
 
 // waitFresh blocks until the cache holds every change committed to etcd before the call,
-// so that a list served from it is as consistent as a quorum read. When no change of this
-// resource follows, the cache learns the current revision from an etcd progress report.
+// so that a list served from it is as consistent as a quorum read: it reads the store's
+// current revision (with quorum) and waits for the cache to reach it.
 func (c *cacher) waitFresh(ctx context.Context) error {
 	rev, err := c.store.CurrentRevision(ctx)
 	if err != nil {
 		return err
 	}
-	if c.currentRV() >= rev {
-		return nil
-	}
-	c.requestProgress(ctx)
-	// Progress reports are asked for again every 100ms until the cache catches up.
-	for i := 0; i < 30; i++ {
-		if err := c.waitForRV(ctx, rev, 100*time.Millisecond); err == nil {
-			return nil
-		} else if !errors.Is(err, errTooLargeRV) {
-			return err
-		}
-		c.requestProgress(ctx)
-	}
-	return errTooLargeRV
-}
-
-// progressInterval is the least time between two progress requests of one cache: many
-// concurrent consistent reads need only one report, and etcd answers within milliseconds.
-const progressInterval = 50 * time.Millisecond
-
-// requestProgress asks etcd to report watch progress, at most every progressInterval per
-// resource.
-func (c *cacher) requestProgress(ctx context.Context) {
-	c.progressMu.Lock()
-	defer c.progressMu.Unlock()
-	if c.clock.Since(c.lastProgress) < progressInterval {
-		return
-	}
-	c.lastProgress = c.clock.Now()
-	if err := c.store.RequestProgress(ctx); err != nil {
-		c.log.Debug("progress request failed", "err", err)
-	}
+	return c.waitForRV(ctx, rev, waitForRVTimeout)
 }
 
 // get returns the cached version of key.

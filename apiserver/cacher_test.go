@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -32,6 +34,8 @@ type fakeSource struct {
 	watches  []int64 // fromRevision of every Watch call
 	rev      int64   // what CurrentRevision answers
 	progress int     // RequestProgress calls
+	// progressPrefixes is the prefix of every RequestProgress call.
+	progressPrefixes []string
 }
 
 var _ cacheSource = (*fakeSource)(nil)
@@ -75,10 +79,11 @@ func (f *fakeSource) Watch(ctx context.Context, _ string, from int64) (<-chan st
 	return out, nil
 }
 
-func (f *fakeSource) RequestProgress(context.Context) error {
+func (f *fakeSource) RequestProgress(_ context.Context, prefix string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.progress++
+	f.progressPrefixes = append(f.progressPrefixes, prefix)
 	return nil
 }
 
@@ -456,36 +461,78 @@ func TestCacherRelistsAfterWatchError(t *testing.T) {
 	}
 }
 
-// TestCacherWaitForRV: a read at a revision the cache has not reached waits for it, and
-// gives up with errTooLargeRV when its time is up.
+// TestCacherWaitForRV: a read at a revision the cache has not reached asks etcd for a
+// progress report of the resource's watch and waits; a report or a change at that
+// revision lets it go on, and it gives up with errTooLargeRV when its time is up.
 func TestCacherWaitForRV(t *testing.T) {
 	ct := newCacheTest(t, 10)
+	waits := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "test_read_wait_seconds"})
+	ct.c.readWait = waits
 	result := make(chan error, 1)
+
+	// Other resources changed up to 12: only a progress report can tell the cache.
 	go func() { result <- ct.c.waitForRV(ct.ctx, 12, 3*time.Second) }()
-	waitFor(t, "the read to wait", ct.clock.HasWaiters)
-	ct.feed(added(11, testPod("a", "", nil)))
-	ct.clock.Step(2 * time.Second)
+	waitFor(t, "a progress request", func() bool { return ct.src.progressRequests() == 1 })
 	select {
 	case err := <-result:
-		t.Fatalf("the read returned %v before its revision or its timeout", err)
+		t.Fatalf("the read returned %v before the cache reached its revision", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	ct.feed(added(12, testPod("b", "", nil)))
+	ct.feed(store.Event{Type: store.Progress, Revision: 12})
 	if err := <-result; err != nil {
-		t.Fatalf("waitForRV(12) once the cache reached 12: %v", err)
+		t.Fatalf("waitForRV(12) after a progress report at 12: %v", err)
+	}
+	ct.src.mu.Lock()
+	prefixes := ct.src.progressPrefixes
+	ct.src.mu.Unlock()
+	if !reflect.DeepEqual(prefixes, []string{"/registry/pods/"}) {
+		t.Errorf("progress requested for %q, want only the pods prefix", prefixes)
 	}
 
+	// A change of the resource itself at the revision does as well. (Past the retry
+	// interval, the next read's request goes out at once.)
+	ct.clock.Step(progressRetryInterval)
 	go func() { result <- ct.c.waitForRV(ct.ctx, 13, 3*time.Second) }()
-	waitFor(t, "the read to wait", ct.clock.HasWaiters)
+	waitFor(t, "a progress request", func() bool { return ct.src.progressRequests() == 2 })
+	ct.feed(added(13, testPod("a", "", nil)))
+	if err := <-result; err != nil {
+		t.Fatalf("waitForRV(13) once the cache applied a change at 13: %v", err)
+	}
+
+	// A revision already reached costs etcd nothing, and is not a wait.
+	waited, _ := histogramOf(t, waits)
+	if err := ct.c.waitForRV(ct.ctx, 13, 3*time.Second); err != nil || ct.src.progressRequests() != 2 {
+		t.Fatalf("waitForRV(13) at 13: %v, %d progress requests, want no error and no new request", err, ct.src.progressRequests())
+	}
+	if n, _ := histogramOf(t, waits); n != waited || n < 2 {
+		t.Errorf("read waits observed: %d after a read at a reached revision, %d before; want the two waits above, and no more", n, waited)
+	}
+
+	go func() { result <- ct.c.waitForRV(ct.ctx, 14, 3*time.Second) }()
+	// The read's deadline and the requester's retry timer.
+	waitFor(t, "the read to wait", func() bool { return ct.clock.Waiters() >= 2 })
 	ct.clock.Step(3 * time.Second)
 	if err := <-result; !errors.Is(err, errTooLargeRV) {
-		t.Fatalf("waitForRV(13) past its timeout: %v, want errTooLargeRV", err)
+		t.Fatalf("waitForRV(14) past its timeout: %v, want errTooLargeRV", err)
+	}
+
+	if n, sum := histogramOf(t, waits); n != waited+1 || sum < 3 {
+		t.Errorf("read waits observed: %d totalling %vs, want %d with the 3s one", n, sum, waited+1)
 	}
 }
 
-// TestCacherWaitFresh: a consistent read asks etcd for progress when the cache is
-// behind the store's revision and no change of its own comes, and asks at most once per
-// progressInterval of the cache's clock.
+// histogramOf returns how many values h observed, and their sum.
+func histogramOf(t *testing.T, h prometheus.Histogram) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// TestCacherWaitFresh: a consistent read waits for the store's current revision, asking
+// etcd for progress when the cache is behind it, and asks nothing when it is not.
 func TestCacherWaitFresh(t *testing.T) {
 	ct := newCacheTest(t, 10)
 	if err := ct.c.waitFresh(ct.ctx); err != nil || ct.src.progressRequests() != 0 {
@@ -501,15 +548,76 @@ func TestCacherWaitFresh(t *testing.T) {
 	if err := <-result; err != nil {
 		t.Fatalf("waitFresh after the progress report: %v", err)
 	}
+}
 
-	ct.c.requestProgress(ct.ctx)
-	if n := ct.src.progressRequests(); n != 1 {
-		t.Errorf("%d progress requests within progressInterval, want 1", n)
+// TestProgressRequester: nothing is asked while no read waits; a read that starts
+// waiting gets a request at once, the request is repeated every progressRetryInterval
+// while reads wait, a read arriving later gets one of its own no sooner than
+// progressRequestGap after the last, and requests stop when no read waits.
+func TestProgressRequester(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	requests := 0
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return requests
 	}
-	ct.clock.Step(progressInterval)
-	ct.c.requestProgress(ct.ctx)
-	if n := ct.src.progressRequests(); n != 2 {
-		t.Errorf("%d progress requests after progressInterval, want 2", n)
+	p := newProgressRequester(func(context.Context) error {
+		mu.Lock()
+		requests++
+		mu.Unlock()
+		return nil
+	}, clk, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	clk.Step(time.Second)
+	if n := count(); n != 0 {
+		t.Fatalf("%d requests with no read waiting, want 0", n)
+	}
+	p.add()
+	waitFor(t, "the first request", func() bool { return count() == 1 })
+	waitFor(t, "the retry timer", clk.HasWaiters)
+	clk.Step(progressRetryInterval)
+	waitFor(t, "the retry", func() bool { return count() == 2 })
+
+	p.add() // a second read, right after the last request
+	waitFor(t, "the gap timer", func() bool { return clk.Waiters() == 1 && count() == 2 })
+	clk.Step(progressRequestGap - time.Millisecond)
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-func() chan struct{} {
+		ch := make(chan struct{})
+		go func() {
+			for count() == 2 {
+				time.Sleep(time.Millisecond)
+			}
+			close(ch)
+		}()
+		return ch
+	}():
+		t.Fatal("a request within progressRequestGap of the last")
+	}
+	clk.Step(time.Millisecond)
+	waitFor(t, "the second read's request", func() bool { return count() == 3 })
+
+	p.done()
+	p.done()
+	waitFor(t, "the retry timer", clk.HasWaiters)
+	clk.Step(progressRetryInterval) // the loop wakes, finds no read waiting and stops asking
+	waitFor(t, "the requester to go idle", func() bool { return !clk.HasWaiters() })
+	clk.Step(time.Minute)
+	if n := count(); n != 3 {
+		t.Errorf("%d requests after the reads stopped waiting, want 3", n)
 	}
 }
 

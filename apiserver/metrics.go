@@ -14,10 +14,12 @@ import (
 // metrics are the server's Prometheus series, named as kube-apiserver names them so
 // existing dashboards read them.
 type metrics struct {
-	registry      *prometheus.Registry
-	requests      *prometheus.CounterVec
-	latency       *prometheus.HistogramVec
-	watchEvents   *prometheus.CounterVec
+	registry    *prometheus.Registry
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	watchEvents *prometheus.CounterVec
+	// cacheReadWait is how long reads at a resourceVersion waited for the watch cache.
+	cacheReadWait *prometheus.HistogramVec
 	registeredRes *registry
 }
 
@@ -37,6 +39,11 @@ func newMetrics(reg *registry) *metrics {
 			Name: "apiserver_watch_events_total",
 			Help: "Watch events sent to clients, by resource.",
 		}, []string{"resource"}),
+		cacheReadWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apiserver_watch_cache_read_wait_seconds",
+			Help:    "Time reads (watches, lists and gets at a resourceVersion, consistent lists) waited for the watch cache to reach their revision; reads it had reached are not counted.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3},
+		}, []string{"group", "resource"}),
 		registeredRes: reg,
 	}
 	watchers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -51,7 +58,7 @@ func newMetrics(reg *registry) *metrics {
 		}
 		return float64(n)
 	})
-	m.registry.MustRegister(m.requests, m.latency, m.watchEvents, watchers,
+	m.registry.MustRegister(m.requests, m.latency, m.watchEvents, m.cacheReadWait, watchers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range reg.all {
 		res := r

@@ -20,6 +20,7 @@ import (
 	"github.com/miniplane/miniplane/apiserver/auth"
 	"github.com/miniplane/miniplane/apiserver/pki"
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/profiling"
 	"github.com/miniplane/miniplane/store"
 )
 
@@ -44,9 +45,11 @@ type Server struct {
 	authn   *auth.TokenAuthenticator
 	authz   *auth.Authorizer
 	metrics *metrics
-	handler http.Handler
-	nsFinal *namespaceFinalizer
-	openapi *openAPIDocs
+	// inflight answers 429 beyond --max-requests-inflight and --max-mutating-requests-inflight.
+	inflight *inflightLimiter
+	handler  http.Handler
+	nsFinal  *namespaceFinalizer
+	openapi  *openAPIDocs
 	// services hands out Services' cluster IPs and node ports.
 	services *serviceAllocator
 	quota    *quotaTracker
@@ -120,6 +123,13 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.metrics = newMetrics(s.reg)
+	for _, r := range s.reg.resources() {
+		r.cache.readWait = s.metrics.cacheReadWait.WithLabelValues(r.group, r.name)
+	}
+	s.inflight = newInflightLimiter(s.cfg.MaxRequestsInflight, s.cfg.MaxMutatingRequestsInflight, func(st *requestState) bool {
+		return st.user != nil && st.user.InGroup(s.cfg.AdminGroups...)
+	})
+	s.metrics.registry.MustRegister(s.inflight.collectors()...)
 	s.nsFinal = newNamespaceFinalizer(s)
 	s.openapi = newOpenAPIDocs(s.reg)
 	s.handler = s.routes()
@@ -136,6 +146,10 @@ func (s *Server) routes() http.Handler {
 	r.HandleFunc("/readyz", s.serveReady).Methods(http.MethodGet)
 	r.HandleFunc("/version", serveVersion).Methods(http.MethodGet)
 	r.Handle("/metrics", s.metrics.handler()).Methods(http.MethodGet)
+	if s.cfg.Profiling {
+		// Administrators only: the authorizer denies /debug/ to everyone else.
+		r.PathPrefix(profiling.Path).Handler(profiling.Handler())
+	}
 	r.HandleFunc("/api", s.serveCoreVersions).Methods(http.MethodGet)
 	r.HandleFunc("/apis", s.serveGroups).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v2", s.serveOpenAPIV2).Methods(http.MethodGet)
@@ -157,7 +171,7 @@ func (s *Server) routes() http.Handler {
 		writeStatus(w, &metav1.Status{Code: http.StatusMethodNotAllowed, Reason: metav1.StatusReasonMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not supported on %s", req.Method, req.URL.Path)})
 	})
-	return s.withRecovery(s.metrics.instrument(s.withAuthentication(r)))
+	return s.withRecovery(s.metrics.instrument(s.withAuthentication(s.inflight.wrap(r))))
 }
 
 // Start starts the watch caches, creates the bootstrap namespaces and begins serving

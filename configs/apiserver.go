@@ -73,6 +73,19 @@ type APIServer struct {
 	// host of Listen, or the first non-loopback address when Listen's host is unspecified.
 	// Flag --advertise-address.
 	AdvertiseAddress string `mapstructure:"advertise-address" flag:"advertise-address" help:"IP the kubernetes Service's endpoints name (default: the host of --listen)"`
+	// MaxRequestsInflight bounds the non-mutating requests (get, list, discovery) served at
+	// once; beyond it the server answers 429 TooManyRequests with Retry-After: 1. Watches
+	// and pods/log do not count, and members of AdminGroups are served anyway, as
+	// kube-apiserver serves system:masters. Default 400, as kube-apiserver; 0 disables.
+	// Flag --max-requests-inflight.
+	MaxRequestsInflight int `mapstructure:"max-requests-inflight" flag:"max-requests-inflight" help:"non-mutating requests served at once; more get 429 (watches and pods/log do not count; admins are exempt; 0 disables)"`
+	// MaxMutatingRequestsInflight is MaxRequestsInflight for create, update, patch and
+	// delete; default 200, as kube-apiserver; 0 disables. Flag
+	// --max-mutating-requests-inflight.
+	MaxMutatingRequestsInflight int `mapstructure:"max-mutating-requests-inflight" flag:"max-mutating-requests-inflight" help:"mutating requests served at once; more get 429 (admins are exempt; 0 disables)"`
+	// Profiling serves Go's profiles under /debug/pprof/ to administrators only; default
+	// true, as kube-apiserver's --profiling. Flag --profiling.
+	Profiling bool `mapstructure:"profiling" flag:"profiling" help:"serve /debug/pprof/ to administrators"`
 }
 
 // DefaultAPIServer returns the secure loopback defaults.
@@ -92,6 +105,10 @@ func DefaultAPIServer() APIServer {
 
 		ServiceClusterIPRange: "10.96.0.0/12",
 		ServiceNodePortRange:  "30000-32767",
+		// kube-apiserver's defaults.
+		MaxRequestsInflight:         400,
+		MaxMutatingRequestsInflight: 200,
+		Profiling:                   true,
 	}
 }
 
@@ -134,6 +151,10 @@ func (c APIServer) Validate() error {
 		return invalid("watch-cache-events", "must be at least 100")
 	case c.MinRequestTimeout <= 0:
 		return invalid("min-request-timeout", "must be positive")
+	case c.MaxRequestsInflight < 0:
+		return invalid("max-requests-inflight", "must not be negative (0 disables the limit)")
+	case c.MaxMutatingRequestsInflight < 0:
+		return invalid("max-mutating-requests-inflight", "must not be negative (0 disables the limit)")
 	}
 	if _, err := c.ServiceCIDR(); err != nil {
 		return invalidf("service-cluster-ip-range", "%v", err)

@@ -41,6 +41,11 @@ type ControllerManager struct {
 	// 127.0.0.1:10257 (kube-controller-manager's port); "" disables it; port 0 picks a free
 	// one. Flag --health-listen.
 	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
+	// Profiling adds Go's runtime profiles under /debug/pprof/ to the health listener.
+	// That listener has no authentication, so profiling is off by default (the Kubernetes
+	// components serve it on by default, but behind an authenticated port). It needs
+	// HealthListen. Flag --profiling.
+	Profiling bool `mapstructure:"profiling" flag:"profiling" help:"also serve Go profiles under /debug/pprof/ on the health listener, which has no authentication: anyone who reaches it can read them (off by default)"`
 	// KubeAPIQPS and KubeAPIBurst rate-limit each controller's API client (each controller has
 	// its own client and user agent); defaults 5000 and 10000. kube-controller-manager's 20/30
 	// would make a 1,000-node rollout take 50 s; a rollout needs two requests per node, and
@@ -217,6 +222,9 @@ func (c ControllerManager) Validate() error {
 	if err := validateHealthListen(c.HealthListen); err != nil {
 		return err
 	}
+	if err := validateProfiling(c.Profiling, c.HealthListen); err != nil {
+		return err
+	}
 	if c.KubeAPIQPS <= 0 {
 		return invalid("kube-api-qps", "must be positive")
 	}
@@ -286,6 +294,15 @@ func knownController(name string) bool {
 		}
 	}
 	return false
+}
+
+// validateProfiling refuses profiling without the health listener that would serve it, so
+// that --profiling alone does not look like it did something.
+func validateProfiling(profiling bool, healthListen string) error {
+	if profiling && healthListen == "" {
+		return invalid("profiling", "needs %s: the profiles are served on the health listener", "health-listen")
+	}
+	return nil
 }
 
 // validateHealthListen accepts "" (off) or host:port.

@@ -64,6 +64,11 @@ type KubeletStub struct {
 	// HealthListen serves /healthz, /readyz and /metrics; "" (the default) disables it and
 	// port 0 picks a free port. Flag --health-listen.
 	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
+	// Profiling adds Go's runtime profiles under /debug/pprof/ to the health listener.
+	// That listener has no authentication, so profiling is off by default (the Kubernetes
+	// components serve it on by default, but behind an authenticated port). It needs
+	// HealthListen. Flag --profiling.
+	Profiling bool `mapstructure:"profiling" flag:"profiling" help:"also serve Go profiles under /debug/pprof/ on the health listener, which has no authentication: anyone who reaches it can read them (off by default)"`
 
 	// ClientQPS and ClientBurst override the client rate limit; 0 (the default) sizes it to
 	// the fleet: QPS 200 + nodes, burst twice that (or the kubeconfig's, when higher). Every
@@ -350,6 +355,9 @@ func (c KubeletStub) Validate() error {
 		}
 	}
 	if err := validateHealthListen(c.HealthListen); err != nil {
+		return err
+	}
+	if err := validateProfiling(c.Profiling, c.HealthListen); err != nil {
 		return err
 	}
 	switch {

@@ -21,6 +21,11 @@ type Scheduler struct {
 	// HealthListen is the plain-HTTP address of /healthz, /readyz and /metrics; default
 	// 127.0.0.1:10259 (kube-scheduler's port); "" disables it. Flag --health-listen.
 	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
+	// Profiling adds Go's runtime profiles under /debug/pprof/ to the health listener.
+	// That listener has no authentication, so profiling is off by default (the Kubernetes
+	// components serve it on by default, but behind an authenticated port). It needs
+	// HealthListen. Flag --profiling.
+	Profiling bool `mapstructure:"profiling" flag:"profiling" help:"also serve Go profiles under /debug/pprof/ on the health listener, which has no authentication: anyone who reaches it can read them (off by default)"`
 	// KubeAPIQPS and KubeAPIBurst rate-limit the API client; defaults 5000 and 10000 so that
 	// thousands of daemon pods bind within seconds (a binding and an event per pod). Flags
 	// --kube-api-qps, --kube-api-burst.
@@ -77,7 +82,10 @@ func (c Scheduler) Validate() error {
 	if err := c.LeaderElection.Validate(); err != nil {
 		return within("leader-election", err)
 	}
-	return validateHealthListen(c.HealthListen)
+	if err := validateHealthListen(c.HealthListen); err != nil {
+		return err
+	}
+	return validateProfiling(c.Profiling, c.HealthListen)
 }
 
 // ValidateStandalone is Validate for `miniplane scheduler`, which needs a kubeconfig to

@@ -11,11 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/miniplane/miniplane/internal/profiling"
 )
 
 // ServeHealth serves liveness (/healthz: the process answers), readiness (/readyz: every node
-// is registered and heartbeating) and the metrics of gatherer (/metrics) on addr until ctx
-// ends. It returns once the listener is open, with the address it got (port 0 picks one);
+// is registered and heartbeating), the metrics of gatherer (/metrics) and, when the fleet's
+// Profiling option is on, Go's profiles (/debug/pprof/) on addr until ctx ends. It returns once the listener is open, with the address it got (port 0 picks one);
 // a later failure of the server is logged.
 func (f *Fleet) ServeHealth(ctx context.Context, addr string, gatherer prometheus.Gatherer, log *slog.Logger) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -34,6 +36,10 @@ func (f *Fleet) ServeHealth(ctx context.Context, addr string, gatherer prometheu
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if f.cfg.Profiling {
+		// Opt-in: the listener has no authentication.
+		mux.Handle(profiling.Path, profiling.Handler())
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -46,6 +52,6 @@ func (f *Fleet) ServeHealth(ctx context.Context, addr string, gatherer prometheu
 			log.Error("kubeletstub health server stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	log.Info("kubeletstub health endpoints listening", "addr", ln.Addr().String())
+	log.Info("kubeletstub health endpoints listening", "addr", ln.Addr().String(), "profiling", f.cfg.Profiling)
 	return ln.Addr(), nil
 }

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -30,6 +31,11 @@ type EtcdStore struct {
 	codec  Codec
 	leases leaseManager
 	log    *slog.Logger
+
+	// watching counts the open watches of each prefix, so that RequestProgress for a
+	// prefix nobody watches does not open an idle etcd stream.
+	watchMu  sync.Mutex
+	watching map[string]int
 }
 
 var _ Store = (*EtcdStore)(nil)
@@ -39,7 +45,7 @@ func NewEtcdStore(client *clientv3.Client, codec Codec, log *slog.Logger) *EtcdS
 	if log == nil {
 		log = slog.Default()
 	}
-	return &EtcdStore{client: client, codec: codec, leases: leaseManager{client: client}, log: log}
+	return &EtcdStore{client: client, codec: codec, leases: leaseManager{client: client}, log: log, watching: map[string]int{}}
 }
 
 // Client returns the underlying etcd client.
@@ -410,16 +416,40 @@ func (s *EtcdStore) Delete(ctx context.Context, key string, preconditions *Preco
 	}
 }
 
+// watchStreamKey is the gRPC metadata key that gives each watched prefix an etcd watch
+// stream of its own. etcd answers a progress request on a stream only when every watch
+// on that stream has caught up, and answers it for all of them at once: on one shared
+// stream, a busy prefix would hold back the progress reports of every quiet one, and each
+// request would wake every watch. The -bin suffix lets the prefix hold any byte.
+const watchStreamKey = "miniplane-watch-prefix-bin"
+
+// watchStreamCtx is ctx bound to prefix's watch stream. clientv3 picks a watch's stream,
+// and the stream a progress request goes to, by the context's whole outgoing metadata, so
+// it replaces any the caller's context carries: Watch and RequestProgress must agree.
+func watchStreamCtx(ctx context.Context, prefix string) context.Context {
+	return metadata.NewOutgoingContext(ctx, metadata.Pairs(watchStreamKey, prefix))
+}
+
 // Watch implements Store.
 func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRevision int64) (<-chan Event, error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithProgressNotify()}
 	if fromRevision > 0 {
 		opts = append(opts, clientv3.WithRev(fromRevision+1))
 	}
-	wch := s.client.Watch(ctx, prefix, opts...)
+	s.watchMu.Lock()
+	s.watching[prefix]++
+	s.watchMu.Unlock()
+	wch := s.client.Watch(watchStreamCtx(ctx, prefix), prefix, opts...)
 	out := make(chan Event, 256)
 	go func() {
 		defer close(out)
+		defer func() {
+			s.watchMu.Lock()
+			if s.watching[prefix]--; s.watching[prefix] == 0 {
+				delete(s.watching, prefix)
+			}
+			s.watchMu.Unlock()
+		}()
 		send := func(ev Event) bool {
 			select {
 			case out <- ev:
@@ -493,8 +523,21 @@ func (s *EtcdStore) toEvent(e *clientv3.Event) (Event, error) {
 }
 
 // RequestProgress implements Store.
-func (s *EtcdStore) RequestProgress(ctx context.Context) error {
-	return s.client.RequestProgress(ctx)
+//
+// etcd (3.5 and later) answers on the prefix's stream with one notification for all its
+// watches, at its current revision, and only once each of them has sent everything up to
+// it; otherwise it drops the request, hence the contract's "ask again".
+func (s *EtcdStore) RequestProgress(ctx context.Context, prefix string) error {
+	s.watchMu.Lock()
+	open := s.watching[prefix] > 0
+	s.watchMu.Unlock()
+	if !open {
+		return nil
+	}
+	if err := s.client.RequestProgress(watchStreamCtx(ctx, prefix)); err != nil {
+		return fmt.Errorf("progress request %s: %w", prefix, err)
+	}
+	return nil
 }
 
 // CurrentRevision implements Store.

@@ -158,10 +158,18 @@ type Store interface {
 	Delete(ctx context.Context, key string, preconditions *Preconditions, validate func(cur runtime.Object) error) (runtime.Object, error)
 	// Watch streams every change under prefix with a revision greater than fromRevision,
 	// exactly once and in order, until ctx ends. A compacted fromRevision yields one
-	// Error event wrapping ErrExpired. Progress events report the revision reached.
+	// Error event wrapping ErrExpired. Progress events report the revision reached: every
+	// change under prefix up to that revision has been sent before the Progress event.
+	// They come unasked now and then, and soon after RequestProgress for prefix.
 	Watch(ctx context.Context, prefix string, fromRevision int64) (<-chan Event, error)
-	// RequestProgress asks every watch of this store to report a Progress event.
-	RequestProgress(ctx context.Context) error
+	// RequestProgress asks the open watches of exactly prefix to report a Progress event
+	// at the store's current revision, so that a watcher whose prefix has not changed
+	// lately learns within milliseconds that it is up to date. The request may go
+	// unanswered while a watch of prefix still has older changes to deliver (those
+	// changes then tell the watcher of its progress), so a caller waiting for a revision
+	// asks again until it is reached. Watches of other prefixes are not affected, and
+	// without an open watch of prefix the request does nothing.
+	RequestProgress(ctx context.Context, prefix string) error
 	// CurrentRevision returns the store's latest revision, read with quorum.
 	CurrentRevision(ctx context.Context) (int64, error)
 	// Count returns the number of keys under prefix.

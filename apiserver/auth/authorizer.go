@@ -51,6 +51,11 @@ func (z *Authorizer) Authorize(u *User, a Attributes) (Decision, string) {
 			}
 			return Deny, "only administrators and viewers may read metrics"
 		}
+		// Profiles show memory contents and the command line, and a CPU profile or trace
+		// costs the server: of kube-apiserver's default roles only cluster-admin reaches /debug/.
+		if a.NonResourcePath == "/debug" || strings.HasPrefix(a.NonResourcePath, "/debug/") {
+			return Deny, "only administrators may read profiles"
+		}
 		return Allow, ""
 	}
 	if u.InGroup(z.ReadOnlyGroups...) && readVerbs[a.Verb] {

@@ -76,6 +76,7 @@ func Run(ctx context.Context, cfg configs.ControllerManager, opts RunOptions) er
 	}
 
 	health := component.NewHealth()
+	health.Profiling = cfg.Profiling
 	var synced atomic.Bool // the current term's informers have synced
 	var leading atomic.Bool
 	// Without election this instance leads from the start: not ready until it has synced.

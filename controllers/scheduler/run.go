@@ -65,6 +65,7 @@ func Run(ctx context.Context, cfg configs.Scheduler, opts RunOptions) error {
 		return err
 	}
 	health := component.NewHealth()
+	health.Profiling = cfg.Profiling
 	election := component.Election{Client: electionClient, Identity: opts.Identity, Health: health, Logger: logger}
 	deps := Options{Client: client, EventClient: eventClient, Clock: opts.Clock, Logger: logger,
 		Metrics: NewMetrics(health.Registry)}

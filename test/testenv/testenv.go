@@ -40,8 +40,9 @@ type Config struct {
 	// UnsafeNoFsync makes etcd skip fsync: for tests only.
 	UnsafeNoFsync bool
 	// ControllerManager, when set, runs the controller-manager in-process with this
-	// configuration. Its kubeconfig, health listener and leader election are turned off: it
-	// gets a token, and tests running side by side must not share ports or a Lease.
+	// configuration. Its kubeconfig, health listener (and so profiling) and leader election
+	// are turned off: it gets a token, and tests running side by side must not share ports
+	// or a Lease.
 	ControllerManager *configs.ControllerManager
 	// Scheduler, when set, runs the scheduler in-process likewise.
 	Scheduler *configs.Scheduler
@@ -130,17 +131,17 @@ func (cfg Config) controlPlane() controlplane.Config {
 	}
 	if cfg.ControllerManager != nil {
 		cm := *cfg.ControllerManager
-		cm.Kubeconfig, cm.HealthListen, cm.LeaderElection.LeaderElect = "", "", false
+		cm.Kubeconfig, cm.HealthListen, cm.Profiling, cm.LeaderElection.LeaderElect = "", "", false, false
 		out.ControllerManager = &cm
 	}
 	if cfg.Scheduler != nil {
 		sc := *cfg.Scheduler
-		sc.Kubeconfig, sc.HealthListen, sc.LeaderElection.LeaderElect = "", "", false
+		sc.Kubeconfig, sc.HealthListen, sc.Profiling, sc.LeaderElection.LeaderElect = "", "", false, false
 		out.Scheduler = &sc
 	}
 	if cfg.KubeletStub != nil {
 		stub := *cfg.KubeletStub
-		stub.Kubeconfig, stub.HealthListen = "", ""
+		stub.Kubeconfig, stub.HealthListen, stub.Profiling = "", "", false
 		out.KubeletStub = &stub
 	}
 	return out

@@ -20,6 +20,32 @@ import (
 	"github.com/miniplane/miniplane/configs"
 )
 
+// TestHealthProfiling: /debug/pprof/ is served only with Profiling, since the health
+// listener has no authentication.
+func TestHealthProfiling(t *testing.T) {
+	for _, profiling := range []bool{false, true} {
+		h := NewHealth()
+		h.Profiling = profiling
+		srv := httptest.NewServer(h.Handler())
+		want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[profiling]
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("%s with Profiling %v: %d, want %d", path, profiling, resp.StatusCode, want)
+			}
+			if profiling && path == "/debug/pprof/goroutine?debug=1" && !strings.HasPrefix(string(body), "goroutine profile:") {
+				t.Errorf("%s: %.40q", path, body)
+			}
+		}
+		srv.Close()
+	}
+}
+
 func TestHealthEndpoints(t *testing.T) {
 	h := NewHealth()
 	ready := atomic.Bool{}

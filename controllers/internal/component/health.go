@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/miniplane/miniplane/internal/profiling"
 )
 
 // Check is a named health check; a nil error means healthy.
@@ -31,6 +33,9 @@ type Health struct {
 	term      *prometheus.Registry
 	// Registry holds the component's metrics; it starts with the Go and process collectors.
 	Registry *prometheus.Registry
+	// Profiling adds Go's profiles under /debug/pprof/ to Handler. The endpoint has no
+	// authentication, so components set it only when their --profiling option is on.
+	Profiling bool
 }
 
 // NewTermRegistry returns a fresh registry whose metrics /metrics serves beside Registry's,
@@ -77,12 +82,15 @@ func (h *Health) AddReadiness(checks ...Check) {
 }
 
 // Handler serves /healthz, /readyz (each with ?verbose, like the Kubernetes components) and
-// /metrics.
+// /metrics, and with Profiling /debug/pprof/.
 func (h *Health) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, false) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, true) })
 	mux.Handle("/metrics", promhttp.HandlerFor(h, promhttp.HandlerOpts{}))
+	if h.Profiling {
+		mux.Handle(profiling.Path, profiling.Handler())
+	}
 	return mux
 }
 
@@ -135,7 +143,7 @@ func (h *Health) Serve(ctx context.Context, addr string, logger *slog.Logger, bo
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	logger.Info("serving health and metrics", "addr", ln.Addr().String())
+	logger.Info("serving health and metrics", "addr", ln.Addr().String(), "profiling", h.Profiling)
 	err = srv.Serve(ln)
 	<-done
 	if errors.Is(err, http.ErrServerClosed) {
