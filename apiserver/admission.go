@@ -264,7 +264,7 @@ func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Obj
 func (s *Server) ensureDefaultServiceAccount(ctx context.Context, namespace string) {
 	res := s.reg.lookupGroupResource(serviceAccountsResource)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: defaultServiceAccountName, Namespace: namespace}}
-	_, err := s.createStored(ctx, res, sa, false)
+	_, err := s.createStored(ctx, res, sa, createOptions{manager: serverFieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		s.log.Warn("default service account not created", "namespace", namespace, "err", err)
 	}
@@ -286,7 +286,7 @@ func (s *Server) recordEvent(ctx context.Context, res *resource, obj runtime.Obj
 	if ev.Namespace == "" {
 		ev.Namespace = metav1.NamespaceDefault
 	}
-	if _, err := s.createStored(ctx, s.reg.lookupGroupResource(corev1.Resource("events")), ev, false); err != nil {
+	if _, err := s.createStored(ctx, s.reg.lookupGroupResource(corev1.Resource("events")), ev, createOptions{manager: serverFieldManager}); err != nil {
 		s.log.Warn("event not recorded", "reason", reason, "object", m.GetName(), "err", err)
 	}
 }

@@ -41,7 +41,7 @@ func (s *Server) bootstrapObjects(ctx context.Context) error {
 	pcs := s.reg.lookupGroupResource(priorityClassesResource)
 	for i := range systemPriorityClasses {
 		pc := systemPriorityClasses[i].DeepCopy()
-		if _, err := s.createStored(ctx, pcs, pc, false); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := s.createStored(ctx, pcs, pc, createOptions{manager: serverFieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("bootstrap priority class %s: %w", pc.Name, err)
 		}
 	}
@@ -77,7 +77,7 @@ func (s *Server) ensureKubernetesService(ctx context.Context) error {
 				TargetPort: intstr.FromInt32(int32(s.advertisedPort()))}},
 		},
 	}
-	_, err := s.createStored(ctx, res, svc, false)
+	_, err := s.createStored(ctx, res, svc, createOptions{manager: serverFieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("bootstrap service %s: %w", kubernetesService, err)
 	}
@@ -221,7 +221,7 @@ func (s *Server) putSystemObject(ctx context.Context, gr schema.GroupResource, o
 	case errors.As(err, &dr):
 		return nil
 	case errors.Is(err, store.ErrNotFound):
-		_, err = s.createStored(ctx, res, obj, false)
+		_, err = s.createStored(ctx, res, obj, createOptions{manager: serverFieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}

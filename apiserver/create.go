@@ -42,7 +42,12 @@ func (c *call) create() {
 		c.fail(err)
 		return
 	}
-	created, err := c.createObject(obj, dryRun)
+	manager, err := c.fieldManager("CreateOptions")
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	created, err := c.createObject(obj, createOptions{dryRun: dryRun, manager: manager})
 	if err != nil {
 		c.fail(err)
 		return
@@ -79,8 +84,17 @@ func (c *call) checkBodyNamespace(m metav1.Object) error {
 	return nil
 }
 
-// createObject runs the create rules on obj and stores it (unless dryRun).
-func (c *call) createObject(obj runtime.Object, dryRun bool) (runtime.Object, error) {
+// createOptions say how an object is created.
+type createOptions struct {
+	dryRun bool
+	// manager is recorded in managedFields as the object's writer; "" records nothing.
+	manager string
+	// applied: obj is the result of a server-side apply and has its managedFields.
+	applied bool
+}
+
+// createObject runs the create rules on obj and stores it (unless opts.dryRun).
+func (c *call) createObject(obj runtime.Object, opts createOptions) (runtime.Object, error) {
 	m, _ := meta.Accessor(obj)
 	if m.GetResourceVersion() != "" {
 		return nil, badRequest("resourceVersion should not be set on objects to be created")
@@ -88,7 +102,7 @@ func (c *call) createObject(obj runtime.Object, dryRun bool) (runtime.Object, er
 	if err := c.authorizeNodeObject(obj); err != nil {
 		return nil, err
 	}
-	created, err := c.s.createStored(c.r.Context(), c.info.res, obj, dryRun)
+	created, err := c.s.createStored(c.r.Context(), c.info.res, obj, opts)
 	c.info.name = m.GetName()
 	return created, err
 }
@@ -96,7 +110,8 @@ func (c *call) createObject(obj runtime.Object, dryRun bool) (runtime.Object, er
 // createStored creates obj as every create does, from a request or from the server
 // itself: namespace lifecycle, server-owned metadata and the kind's defaults, admission,
 // validation, the values the kind takes from a pool, then the write.
-func (s *Server) createStored(ctx context.Context, res *resource, obj runtime.Object, dryRun bool) (runtime.Object, error) {
+func (s *Server) createStored(ctx context.Context, res *resource, obj runtime.Object, opts createOptions) (runtime.Object, error) {
+	dryRun := opts.dryRun
 	m, _ := meta.Accessor(obj)
 	if res.namespaced {
 		if err := s.checkNamespaceOpen(ctx, m.GetNamespace(), res, m.GetName()); err != nil {
@@ -105,6 +120,16 @@ func (s *Server) createStored(ctx context.Context, res *resource, obj runtime.Ob
 	}
 	now := metav1.NewTime(s.clock.Now().Truncate(time.Second))
 	s.prepareForCreate(res, obj, now)
+	switch {
+	case opts.applied:
+	case opts.manager != "":
+		// After the defaults, which the creator owns as kube-apiserver's decoding makes it,
+		// and before admission, whose changes nobody owns.
+		obj = s.trackWrite(res, "", res.newFunc(), obj, opts.manager)
+		m, _ = meta.Accessor(obj)
+	default:
+		m.SetManagedFields(nil)
+	}
 	generated := m.GetName() == "" && m.GetGenerateName() != ""
 	for attempt := 0; ; attempt++ {
 		if generated {
@@ -158,7 +183,6 @@ func (s *Server) prepareForCreate(res *resource, obj runtime.Object, now metav1.
 	m.SetCreationTimestamp(now)
 	m.SetDeletionTimestamp(nil)
 	m.SetDeletionGracePeriodSeconds(nil)
-	m.SetManagedFields(nil)
 	m.SetSelfLink("")
 	if res.tracksGeneration {
 		m.SetGeneration(1)

@@ -50,6 +50,7 @@ type Server struct {
 	handler  http.Handler
 	nsFinal  *namespaceFinalizer
 	openapi  *openAPIDocs
+	fields   *fieldManagers
 	// services hands out Services' cluster IPs and node ports.
 	services *serviceAllocator
 	quota    *quotaTracker
@@ -132,6 +133,7 @@ func New(opts Options) (*Server, error) {
 	s.metrics.registry.MustRegister(s.inflight.collectors()...)
 	s.nsFinal = newNamespaceFinalizer(s)
 	s.openapi = newOpenAPIDocs(s.reg)
+	s.fields = newFieldManagers(s.reg, s.openapi)
 	s.handler = s.routes()
 	return s, nil
 }

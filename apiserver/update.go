@@ -17,6 +17,7 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -48,7 +49,27 @@ func (c *call) update() {
 		c.fail(err)
 		return
 	}
-	c.applyUpdate(func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil }, obj)
+	manager, err := c.fieldManager("UpdateOptions")
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	opts := updateOptions{manager: manager}
+	if c.info.res.allowCreateOnUpdate && c.info.subresource == "" {
+		opts.create = func() (runtime.Object, createOptions, error) { return obj, createOptions{manager: manager}, nil }
+	}
+	c.applyUpdate(func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil }, opts)
+}
+
+// updateOptions say how applyUpdate writes.
+type updateOptions struct {
+	// manager is recorded in managedFields as the writer.
+	manager string
+	// applied: newState returns the result of a server-side apply, managedFields included.
+	applied bool
+	// create, when set, gives the object to create when there is none to update (PUT of
+	// a lease or an event, server-side apply).
+	create func() (runtime.Object, createOptions, error)
 }
 
 // patch serves PATCH with a JSON patch, a JSON merge patch or a strategic merge patch.
@@ -56,8 +77,11 @@ func (c *call) patch() {
 	mt, _, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
 	switch types.PatchType(mt) {
 	case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
-	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
-		c.fail(unsupportedMediaType("server-side apply is not supported by miniplane; use client-side `kubectl apply` (without --server-side) or another patch type"))
+	case types.ApplyYAMLPatchType:
+		c.apply()
+		return
+	case types.ApplyCBORPatchType:
+		c.fail(unsupportedMediaType("CBOR apply patches are not supported; send " + string(types.ApplyYAMLPatchType)))
 		return
 	default:
 		c.fail(unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s", types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType)))
@@ -80,6 +104,16 @@ func (c *call) patch() {
 			c.fail(err)
 			return
 		}
+	}
+	if c.r.URL.Query().Has("force") {
+		c.fail(apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "",
+			field.ErrorList{field.Forbidden(field.NewPath("force"), "may not be specified for non-apply patch")}))
+		return
+	}
+	manager, err := c.fieldManager("PatchOptions")
+	if err != nil {
+		c.fail(err)
+		return
 	}
 	res := c.info.res
 	c.applyUpdate(func(cur runtime.Object) (runtime.Object, error) {
@@ -120,7 +154,7 @@ func (c *call) patch() {
 		}
 		next.GetObjectKind().SetGroupVersionKind(res.gvk())
 		return next, nil
-	}, nil)
+	}, updateOptions{manager: manager})
 }
 
 // strategicMergePatch applies a strategic merge patch to cur as kube-apiserver does: on
@@ -164,7 +198,7 @@ func (c *call) strategicMergePatch(mode fieldValidation, cur runtime.Object, pat
 // applyUpdate runs an update (or patch): compute the new state from the current one, apply
 // the resource's rules, and compare-and-swap it into etcd. newState may be a PUT body
 // (then body is that object, for create-on-update) or a patch applied to the current state.
-func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, error), body runtime.Object) {
+func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, error), opts updateOptions) {
 	res := c.info.res
 	dryRun, err := c.dryRun()
 	if err != nil {
@@ -196,6 +230,9 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 		if err := c.s.prepareUpdate(res, next, cur, status, c.info.name, c.s.clock.Now()); err != nil {
 			return nil, err
 		}
+		if !opts.applied && opts.manager != "" {
+			next = c.s.trackWrite(res, c.info.subresource, before, next, opts.manager)
+		}
 		last = next
 		if deletionComplete(res, next) && !dryRun {
 			removed = true
@@ -224,8 +261,14 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 	switch {
 	case errors.As(err, &dr):
 		c.respond(http.StatusOK, dr.obj, nil)
-	case errors.Is(err, store.ErrNotFound) && res.allowCreateOnUpdate && !status && body != nil:
-		created, err := c.createObject(body, dryRun)
+	case errors.Is(err, store.ErrNotFound) && opts.create != nil:
+		obj, copts, err := opts.create()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		copts.dryRun = dryRun
+		created, err := c.createObject(obj, copts)
 		if err != nil {
 			c.fail(err)
 			return
@@ -273,7 +316,6 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 	nm.SetDeletionTimestamp(om.GetDeletionTimestamp())
 	nm.SetDeletionGracePeriodSeconds(om.GetDeletionGracePeriodSeconds())
 	nm.SetGeneration(om.GetGeneration())
-	nm.SetManagedFields(nil)
 	nm.SetSelfLink("")
 	if status {
 		// A status write changes status only: metadata a client may edit stays as stored.

@@ -132,3 +132,45 @@ func TestKubectlScale(t *testing.T) {
 		t.Errorf("kubectl scale --replicas=-1: %s", out)
 	}
 }
+
+// TestKubectlServerSideApply: `kubectl apply --server-side` creates and updates, a second
+// field manager conflicts with the first (and --force-conflicts takes over), managed fields
+// show with --show-managed-fields, and an object made by client-side `kubectl apply`
+// migrates: a field dropped from the manifest is removed.
+func TestKubectlServerSideApply(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl is not on PATH")
+	}
+	home := t.TempDir()
+	env := testenv.New(t, testenv.Config{})
+	k := func(stdin string, args ...string) string { t.Helper(); return dsKubectlStdin(t, env, home, stdin, args...) }
+	const a = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"shared"},"data":{"owner":"team-a"}}`
+	const b = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"shared"},"data":{"owner":"team-b"}}`
+	if out := k(a, "apply", "--server-side", "--field-manager=team-a", "-f", "-"); !strings.Contains(out, "serverside-applied") {
+		t.Fatalf("apply --server-side: %s", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", "apply", "--server-side", "--field-manager=team-b", "-f", "-")
+	cmd.Env = []string{"HOME=" + home, "KUBECONFIG=" + env.KubeconfigPath, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin = strings.NewReader(b)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `conflict with "team-a": .data.owner`) {
+		t.Errorf("a conflicting apply: %v\n%s", err, out)
+	}
+	k(b, "apply", "--server-side", "--field-manager=team-b", "--force-conflicts", "-f", "-")
+	if out := k("", "get", "configmap", "shared", "-o", "yaml", "--show-managed-fields"); !strings.Contains(out, "owner: team-b") ||
+		!strings.Contains(out, "manager: team-b") || !strings.Contains(out, "operation: Apply") {
+		t.Errorf("kubectl get --show-managed-fields:\n%s", out)
+	}
+
+	k(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"csa"},"data":{"keep":"1","drop":"2"}}`, "apply", "-f", "-")
+	k(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"csa"},"data":{"keep":"1"}}`, "apply", "--server-side", "-f", "-")
+	cm, err := env.Client.CoreV1().ConfigMaps("default").Get(ctx, "csa", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, still := cm.Data["drop"]; still || cm.Data["keep"] != "1" {
+		t.Errorf("after migrating to server-side apply: %v", cm.Data)
+	}
+}

@@ -1,0 +1,119 @@
+package apiserver
+
+import (
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// apply serves PATCH with application/apply-patch+yaml: server-side apply. The body is the
+// caller's whole intent for the fields it manages; the field manager merges it into the
+// stored object (or into a new one), refusing with 409 a change to a field another manager
+// owns unless force=true, and dropping fields the caller applied before and no longer
+// does when nobody else owns them.
+func (c *call) apply() {
+	res := c.info.res
+	q := c.r.URL.Query()
+	manager := q.Get("fieldManager")
+	if manager == "" {
+		c.fail(badRequest("fieldManager is required for apply requests"))
+		return
+	}
+	if errs := validateFieldManager(manager); len(errs) > 0 {
+		c.fail(apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs))
+		return
+	}
+	force := false
+	if v := q.Get("force"); v != "" {
+		var err error
+		if force, err = strconv.ParseBool(v); err != nil {
+			c.fail(badRequest("force: invalid value %q", v))
+			return
+		}
+	}
+	body, err := c.readBody()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	mode, err := c.fieldValidation()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	patch, err := c.appliedObject(mode, body)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	fm, err := c.s.fields.get(res, c.info.subresource)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	opts := updateOptions{manager: manager, applied: true}
+	if c.info.subresource == "" {
+		// Applying an object that does not exist creates it.
+		opts.create = func() (runtime.Object, createOptions, error) {
+			live := res.newFunc()
+			live.GetObjectKind().SetGroupVersionKind(res.gvk())
+			obj, err := fm.Apply(live, patch.DeepCopy(), manager, force)
+			return obj, createOptions{manager: manager, applied: true}, err
+		}
+	}
+	c.applyUpdate(func(cur runtime.Object) (runtime.Object, error) {
+		cur.GetObjectKind().SetGroupVersionKind(res.gvk())
+		return fm.Apply(cur, patch.DeepCopy(), manager, force)
+	}, opts)
+}
+
+// appliedObject decodes an apply body (YAML or JSON) and checks that it is an object of
+// the resource named by the URL; unknown and duplicate fields are judged by mode.
+func (c *call) appliedObject(mode fieldValidation, body []byte) (*unstructured.Unstructured, error) {
+	res := c.info.res
+	data, err := yaml.YAMLToJSON(body)
+	if err != nil {
+		return nil, badRequest("error decoding YAML: %v", err)
+	}
+	// Decode once into the Go type to judge unknown and duplicate fields as any write.
+	typed := res.newFunc()
+	found, err := unmarshal(mode, data, typed)
+	if err != nil {
+		return nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
+	}
+	if err := c.fieldProblems(mode, found, func(err error) error {
+		return badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
+	}); err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		return nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
+	}
+	if err := checkTypeMeta(metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, res.gvk()); err != nil {
+		return nil, err
+	}
+	switch name := u.GetName(); {
+	case name == "":
+		return nil, apierrors.NewInvalid(res.gvk().GroupKind(), c.info.name,
+			field.ErrorList{field.Required(field.NewPath("metadata", "name"), "name is required")})
+	case name != c.info.name:
+		return nil, badRequest("the name of the object (%s) does not match the name on the URL (%s)", name, c.info.name)
+	}
+	if res.namespaced {
+		switch ns := u.GetNamespace(); ns {
+		case "":
+			u.SetNamespace(c.info.namespace)
+		case c.info.namespace:
+		default:
+			return nil, badRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+	}
+	return u, nil
+}

@@ -1,0 +1,170 @@
+package apiserver
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"unicode"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// Every write records who set which field in metadata.managedFields, and server-side
+// apply merges an applied configuration by those records, with apimachinery's field
+// manager (k8s.io/apimachinery/pkg/util/managedfields): the same code kube-apiserver runs.
+// Its type converter reads the structure of each kind (which lists are maps keyed by
+// which field, which maps are atomic) from the OpenAPI schemas the server publishes, so
+// merging needs no code of its own.
+
+// maxFieldManagerLength is the longest field manager name kube-apiserver accepts.
+const maxFieldManagerLength = 128
+
+// serverFieldManager names the API server itself in managedFields, for the objects it
+// writes through the handlers (default ServiceAccounts, the kubernetes Service, events).
+const serverFieldManager = "miniplane-apiserver"
+
+// fieldManagers makes and keeps the field manager of every served kind and subresource.
+// They are rebuilt when the registry changes, since a new kind brings a new schema.
+type fieldManagers struct {
+	docs *openAPIDocs
+	reg  *registry
+
+	mu        sync.Mutex
+	revision  uint64
+	built     bool
+	converter managedfields.TypeConverter
+	managers  map[fieldManagerKey]*managedfields.FieldManager
+}
+
+type fieldManagerKey struct {
+	gvk         schema.GroupVersionKind
+	subresource string
+}
+
+func newFieldManagers(reg *registry, docs *openAPIDocs) *fieldManagers {
+	return &fieldManagers{reg: reg, docs: docs}
+}
+
+// get returns the field manager of res (subresource "" or "status").
+func (f *fieldManagers) get(res *resource, subresource string) (*managedfields.FieldManager, error) {
+	rev := f.reg.currentRevision()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.built || f.revision != rev {
+		schemas, err := f.docs.schemas()
+		if err != nil {
+			return nil, err
+		}
+		conv, err := managedfields.NewTypeConverter(schemas, false)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver: type converter for managed fields: %w", err)
+		}
+		f.converter, f.managers, f.revision, f.built = conv, map[fieldManagerKey]*managedfields.FieldManager{}, rev, true
+	}
+	key := fieldManagerKey{gvk: res.gvk(), subresource: subresource}
+	if m, ok := f.managers[key]; ok {
+		return m, nil
+	}
+	// The hub is the served version itself: miniplane has no internal versions.
+	m, err := managedfields.NewDefaultFieldManager(f.converter, clientscheme.Scheme, clientscheme.Scheme, clientscheme.Scheme,
+		res.gvk(), res.gvk().GroupVersion(), subresource, resetFields(res, subresource))
+	if err != nil {
+		return nil, err
+	}
+	f.managers[key] = m
+	return m, nil
+}
+
+// resetFields are the fields a write to the main resource (or to status) cannot change,
+// so that no manager is recorded as owning them: status for the main resource of a kind
+// with a status subresource, spec for the status subresource.
+func resetFields(res *resource, subresource string) map[fieldpath.APIVersion]fieldpath.Filter {
+	if res.subresource("status") == nil {
+		return nil
+	}
+	reset := "status"
+	if subresource == "status" {
+		reset = "spec"
+	}
+	return map[fieldpath.APIVersion]fieldpath.Filter{
+		fieldpath.APIVersion(res.apiVersion()): fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie(reset))),
+	}
+}
+
+// schemas returns every component schema of the v3 documents, by definition name.
+func (d *openAPIDocs) schemas() (map[string]*spec.Schema, error) {
+	if err := d.sync(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]*spec.Schema{}
+	for _, doc := range d.v3Docs {
+		if doc.Components == nil {
+			continue
+		}
+		for name, s := range doc.Components.Schemas {
+			out[name] = s
+		}
+	}
+	return out, nil
+}
+
+// trackWrite records manager as the writer of obj (new state) over live (old state; a
+// new object of the kind on create) in obj's managedFields. A failure to compute them
+// keeps the stored ones, as kube-apiserver does; the write itself goes ahead.
+func (s *Server) trackWrite(res *resource, subresource string, live, obj runtime.Object, manager string) runtime.Object {
+	fm, err := s.fields.get(res, subresource)
+	if err != nil {
+		s.log.Warn("managed fields not tracked", "resource", res.name, "err", err)
+		return obj
+	}
+	live.GetObjectKind().SetGroupVersionKind(res.gvk())
+	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	return fm.UpdateNoErrors(live, obj, manager)
+}
+
+// fieldManager is the manager a request writes as: its fieldManager parameter, or the
+// first part of its User-Agent (kubectl/v1.32 … is "kubectl"), as kube-apiserver names it.
+func (c *call) fieldManager(optionsKind string) (string, error) {
+	manager := c.r.URL.Query().Get("fieldManager")
+	if manager != "" {
+		if errs := validateFieldManager(manager); len(errs) > 0 {
+			return "", apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: optionsKind}, "", errs)
+		}
+		return manager, nil
+	}
+	ua := c.r.UserAgent()
+	if i := strings.Index(ua, "/"); i >= 0 {
+		ua = ua[:i]
+	}
+	if len(ua) > maxFieldManagerLength {
+		ua = ua[:maxFieldManagerLength]
+	}
+	if ua == "" {
+		ua = "unknown"
+	}
+	return ua, nil
+}
+
+// validateFieldManager is kube-apiserver's rule for fieldManager.
+func validateFieldManager(manager string) field.ErrorList {
+	p := field.NewPath("fieldManager")
+	if len(manager) > maxFieldManagerLength {
+		return field.ErrorList{field.TooLong(p, manager, maxFieldManagerLength)}
+	}
+	for _, r := range manager {
+		if !unicode.IsPrint(r) {
+			return field.ErrorList{field.Invalid(p, manager, "invalid characters")}
+		}
+	}
+	return nil
+}
