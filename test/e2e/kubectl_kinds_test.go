@@ -143,7 +143,10 @@ func TestKubectlServerSideApply(t *testing.T) {
 	}
 	home := t.TempDir()
 	env := testenv.New(t, testenv.Config{})
-	k := func(stdin string, args ...string) string { t.Helper(); return dsKubectlStdin(t, env, home, stdin, args...) }
+	k := func(stdin string, args ...string) string {
+		t.Helper()
+		return dsKubectlStdin(t, env, home, stdin, args...)
+	}
 	const a = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"shared"},"data":{"owner":"team-a"}}`
 	const b = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"shared"},"data":{"owner":"team-b"}}`
 	if out := k(a, "apply", "--server-side", "--field-manager=team-a", "-f", "-"); !strings.Contains(out, "serverside-applied") {
