@@ -44,7 +44,7 @@ const (
 type admission struct {
 	op              admissionOp
 	res             *resource
-	obj, old        runtime.Object // old is nil on create
+	obj             runtime.Object
 	namespace, name string
 	dryRun          bool
 }

@@ -147,6 +147,7 @@ func (s *Server) runKubernetesEndpoints(ctx context.Context) {
 // endpoints of every live lease.
 func (s *Server) reconcileKubernetesEndpoints(ctx context.Context, ip string) error {
 	if ip != "" {
+		// kube-apiserver's master leases are Endpoints objects.
 		lease := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: ip}}
 		_, err := s.store.GuaranteedUpdate(ctx, s.masterLeaseKey(ip), func(cur runtime.Object) (runtime.Object, error) {
 			return cur, nil

@@ -108,9 +108,6 @@ type cacher struct {
 	// advanced is closed and replaced whenever rv grows, waking waitForRV callers.
 	advanced chan struct{}
 
-	progressMu   sync.Mutex
-	lastProgress time.Time
-
 	// onEvent, when set, is told of every change applied, with the object's key and
 	// namespace; it runs under mu and must be quick.
 	onEvent func(key, namespace string)

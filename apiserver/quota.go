@@ -301,7 +301,7 @@ func quotaResourceCounts(res *resource, hard corev1.ResourceList) bool {
 // quotaUsageNames are the quota resources objects of res may count against.
 func quotaUsageNames(res *resource) map[corev1.ResourceName]bool {
 	names := map[corev1.ResourceName]bool{}
-	var sample runtime.Object = res.newFunc()
+	sample := res.newFunc()
 	if _, ok := sample.(*corev1.Pod); ok {
 		sample = &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: apiresource.MustParse("1"), corev1.ResourceMemory: apiresource.MustParse("1"), corev1.ResourceEphemeralStorage: apiresource.MustParse("1")},

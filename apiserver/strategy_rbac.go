@@ -8,8 +8,8 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
-	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -18,8 +18,10 @@ import (
 // RBAC objects are stored and validated as kube-apiserver does; enforcing them is the
 // authorizer's business. Their names are path segments, so "system:node" is valid.
 
-// validateRBACName is RBAC's name rule: any path segment name.
-var validateRBACName apivalidation.ValidateNameFunc = path.ValidatePathSegmentName
+// validateRBACName is RBAC's name rule: any path segment name (so "system:node" is valid).
+var validateRBACName apivalidation.ValidateNameFunc = func(name string, _ bool) []string {
+	return content.IsPathSegmentName(name)
+}
 
 func validatePolicyRules(rules []rbacv1.PolicyRule, namespaced bool, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
