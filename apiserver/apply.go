@@ -93,7 +93,15 @@ func (c *call) appliedObject(mode fieldValidation, body []byte) (*unstructured.U
 		return nil, err
 	}
 	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(data); err != nil {
+	if _, isCustom := typed.(*unstructured.Unstructured); isCustom {
+		// A custom resource was decoded into the same shape: prune what its schema lacks.
+		u = typed.(*unstructured.Unstructured)
+		if err := c.fieldProblems(mode, c.prune(u), func(err error) error {
+			return badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
+		}); err != nil {
+			return nil, err
+		}
+	} else if err := u.UnmarshalJSON(data); err != nil {
 		return nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
 	}
 	if err := checkTypeMeta(metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()}, res.gvk()); err != nil {

@@ -113,6 +113,10 @@ func (c *call) createObject(obj runtime.Object, opts createOptions) (runtime.Obj
 func (s *Server) createStored(ctx context.Context, res *resource, obj runtime.Object, opts createOptions) (runtime.Object, error) {
 	dryRun := opts.dryRun
 	m, _ := meta.Accessor(obj)
+	if res.terminating.Load() {
+		return nil, statusError(http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,
+			"create not allowed while custom resource definition is terminating")
+	}
 	if res.namespaced {
 		if err := s.checkNamespaceOpen(ctx, m.GetNamespace(), res, m.GetName()); err != nil {
 			return nil, err

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,12 +31,18 @@ func (c *call) deleteOptions() (*metav1.DeleteOptions, error) {
 			return nil, err
 		}
 	} else if len(data) > 0 {
-		if err := c.decodeJSON(data, metav1.SchemeGroupVersion.WithKind("DeleteOptions"), opts); err != nil {
-			// Clients send DeleteOptions under any group version; only the kind matters.
-			opts = &metav1.DeleteOptions{}
-			if err2 := c.decodeJSON(data, c.info.res.gvk().GroupVersion().WithKind("DeleteOptions"), opts); err2 != nil {
-				return nil, err
+		// Clients send DeleteOptions under any group version (meta.k8s.io/v1, the core v1
+		// that client-go's dynamic client names, the resource's own); only the kind matters.
+		var tm metav1.TypeMeta
+		_ = json.Unmarshal(data, &tm)
+		gv := metav1.SchemeGroupVersion
+		if tm.APIVersion != "" {
+			if parsed, err := schema.ParseGroupVersion(tm.APIVersion); err == nil {
+				gv = parsed
 			}
+		}
+		if err := c.decodeJSON(data, gv.WithKind("DeleteOptions"), opts); err != nil {
+			return nil, err
 		}
 	}
 	q := c.r.URL.Query()

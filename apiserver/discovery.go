@@ -48,17 +48,17 @@ func (s *Server) serveCoreVersions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiGroup(name string) metav1.APIGroup {
-	version, ok := s.reg.groupVersion(name)
-	if !ok {
-		version, _ = reviewGroupVersion(name)
+	versions := s.reg.servedVersions(name)
+	if len(versions) == 0 {
+		v, _ := reviewGroupVersion(name)
+		versions = []string{v}
 	}
-	gv := metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + version, Version: version}
-	return metav1.APIGroup{
-		TypeMeta:         metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
-		Name:             name,
-		Versions:         []metav1.GroupVersionForDiscovery{gv},
-		PreferredVersion: gv,
+	g := metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: name}
+	for _, v := range versions {
+		g.Versions = append(g.Versions, metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + v, Version: v})
 	}
+	g.PreferredVersion = g.Versions[0]
+	return g
 }
 
 func (s *Server) serveGroups(w http.ResponseWriter, _ *http.Request) {

@@ -6,13 +6,14 @@ import (
 	"sync"
 	"unicode"
 
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
@@ -74,13 +75,72 @@ func (f *fieldManagers) get(res *resource, subresource string) (*managedfields.F
 		return m, nil
 	}
 	// The hub is the served version itself: miniplane has no internal versions.
-	m, err := managedfields.NewDefaultFieldManager(f.converter, clientscheme.Scheme, clientscheme.Scheme, clientscheme.Scheme,
-		res.gvk(), res.gvk().GroupVersion(), subresource, resetFields(res, subresource))
+	var m *managedfields.FieldManager
+	var err error
+	if res.custom != nil {
+		// Custom resources are unstructured: versions differ only in apiVersion, and the
+		// defaults come from the schema.
+		m, err = managedfields.NewDefaultCRDFieldManager(f.converter, unstructuredVersions{}, unstructuredDefaulter{res},
+			unstructuredCreater{}, res.gvk(), res.gvk().GroupVersion(), subresource, resetFields(res, subresource))
+	} else {
+		m, err = managedfields.NewDefaultFieldManager(f.converter, Scheme, Scheme, Scheme,
+			res.gvk(), res.gvk().GroupVersion(), subresource, resetFields(res, subresource))
+	}
 	if err != nil {
 		return nil, err
 	}
 	f.managers[key] = m
 	return m, nil
+}
+
+// unstructuredVersions converts custom resources between versions the way the None
+// conversion strategy does: by their apiVersion alone.
+type unstructuredVersions struct{}
+
+func (unstructuredVersions) Convert(in, out, _ any) error {
+	u, ok := in.(*unstructured.Unstructured)
+	o, ok2 := out.(*unstructured.Unstructured)
+	if !ok || !ok2 {
+		return fmt.Errorf("apiserver: cannot convert %T to %T", in, out)
+	}
+	o.Object = runtime.DeepCopyJSON(u.Object)
+	return nil
+}
+
+func (unstructuredVersions) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
+	u, ok := in.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("apiserver: cannot convert %T", in)
+	}
+	kind, ok := gv.KindForGroupVersionKinds([]schema.GroupVersionKind{u.GroupVersionKind()})
+	if !ok {
+		return nil, fmt.Errorf("apiserver: %s has no version in %v", u.GroupVersionKind(), gv)
+	}
+	out := u.DeepCopy()
+	out.SetGroupVersionKind(kind)
+	return out, nil
+}
+
+func (unstructuredVersions) ConvertFieldLabel(_ schema.GroupVersionKind, label, value string) (string, string, error) {
+	return label, value, nil
+}
+
+// unstructuredDefaulter applies a custom resource's schema defaults.
+type unstructuredDefaulter struct{ res *resource }
+
+func (d unstructuredDefaulter) Default(obj runtime.Object) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && d.res.custom.structural != nil {
+		structuraldefaulting.Default(u.Object, d.res.custom.structural)
+	}
+}
+
+// unstructuredCreater makes empty custom resources.
+type unstructuredCreater struct{}
+
+func (unstructuredCreater) New(kind schema.GroupVersionKind) (runtime.Object, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(kind)
+	return u, nil
 }
 
 // resetFields are the fields a write to the main resource (or to status) cannot change,

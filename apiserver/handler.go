@@ -11,12 +11,13 @@ import (
 	"reflect"
 	"time"
 
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
@@ -55,6 +56,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	if c.out, err = negotiate(r); err != nil {
 		c.fail(err)
 		return
+	}
+	if info.res.custom != nil {
+		// Custom resources have no protobuf form; kube-apiserver answers them in JSON.
+		c.out.protobuf = false
 	}
 	if info.sub != nil && info.sub.serve != nil {
 		info.sub.serve(c)
@@ -167,6 +172,12 @@ func partialMetadata(obj runtime.Object) *metav1.PartialObjectMetadata {
 			pom.ObjectMeta = *om
 		}
 	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		// Custom resources keep their metadata as a map.
+		if om, _, err := objectmeta.GetObjectMeta(u.Object, true); err == nil && om != nil {
+			pom.ObjectMeta = *om
+		}
+	}
 	return pom
 }
 
@@ -233,7 +244,7 @@ func (c *call) decodeObject(data []byte, want schema.GroupVersionKind, into runt
 }
 
 // protobufSerializer decodes protobuf bodies of the types client-go knows.
-var protobufSerializer = protobuf.NewSerializer(clientscheme.Scheme, clientscheme.Scheme)
+var protobufSerializer = protobuf.NewSerializer(Scheme, Scheme)
 
 // isProtobuf reports whether the request body is protobuf.
 func (c *call) isProtobuf() bool {
@@ -284,11 +295,32 @@ func (c *call) decodeJSON(data []byte, want schema.GroupVersionKind, into runtim
 	if err != nil {
 		return undecodable(want, err)
 	}
+	strict = append(strict, c.prune(into)...)
 	if err := c.fieldProblems(mode, append(found, strict...), func(err error) error { return undecodable(want, err) }); err != nil {
 		return err
 	}
 	into.GetObjectKind().SetGroupVersionKind(want)
 	return nil
+}
+
+// pruner is implemented by the strategies of kinds whose objects may carry fields their
+// schema does not declare (custom resources): prune drops them, and returns their paths.
+type pruner interface {
+	prune(obj runtime.Object) []string
+}
+
+// prune drops the undeclared fields of obj, an object of the request's resource, and
+// returns them as fieldValidation reports unknown fields.
+func (c *call) prune(obj runtime.Object) []error {
+	p, ok := c.info.res.strategy.(pruner)
+	if !ok || reflect.TypeOf(obj) != reflect.TypeOf(c.info.res.newFunc()) {
+		return nil
+	}
+	var out []error
+	for _, path := range p.prune(obj) {
+		out = append(out, fmt.Errorf("unknown field %q", path))
+	}
+	return out
 }
 
 // checkTypeMeta accepts the apiVersion and kind a body names if they are want's or empty.

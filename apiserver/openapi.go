@@ -8,6 +8,7 @@ import (
 
 	"github.com/NYTimes/gziphandler"
 	"github.com/gorilla/mux"
+	crdbuilder "k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/kube-openapi/pkg/builder"
 	"k8s.io/kube-openapi/pkg/builder3"
@@ -139,7 +140,16 @@ func (s *Server) serveOpenAPIGroupVersion(w http.ResponseWriter, r *http.Request
 
 // buildOpenAPI builds the v2 document and the v3 document of every group version (keyed
 // by its path below /openapi/v3/) of resources and the review APIs.
-func buildOpenAPI(resources []*resource) (*spec.Swagger, map[string]*spec3.OpenAPI, error) {
+func buildOpenAPI(all []*resource) (*spec.Swagger, map[string]*spec3.OpenAPI, error) {
+	// Custom resources are described from their definitions' schemas, below.
+	var resources, custom []*resource
+	for _, r := range all {
+		if r.custom != nil {
+			custom = append(custom, r)
+		} else {
+			resources = append(resources, r)
+		}
+	}
 	// Definitions read for parameter descriptions only: no reference is followed.
 	plain := openapidefs.GetOpenAPIDefinitions(func(name string) spec.Ref { return spec.Ref{} })
 	b := newRouteBuilder(resources, plain)
@@ -191,7 +201,47 @@ func buildOpenAPI(resources []*resource) (*spec.Swagger, map[string]*spec3.OpenA
 		}
 		v3[openAPIV3Path(c.gv)] = doc
 	}
+	if err := addCustomResourceOpenAPI(custom, &v2, v3); err != nil {
+		return nil, nil, err
+	}
 	return v2, v3, nil
+}
+
+// addCustomResourceOpenAPI describes custom resources from their definitions' schemas with
+// apiextensions' own builder, as kube-apiserver publishes them: merged into the v2
+// document, and one v3 document per group version.
+func addCustomResourceOpenAPI(custom []*resource, v2 **spec.Swagger, v3 map[string]*spec3.OpenAPI) error {
+	var v2Specs []*spec.Swagger
+	byGV := map[string][]*spec3.OpenAPI{}
+	for _, r := range custom {
+		crd, version := r.custom.crd, r.version
+		s2, err := crdbuilder.BuildOpenAPIV2(crd, version, crdbuilder.Options{V2: true, StripValueValidation: true, StripNullable: true, IncludeSelectableFields: true})
+		if err != nil {
+			return fmt.Errorf("apiserver: OpenAPI v2 of %s %s: %w", crd.Name, version, err)
+		}
+		v2Specs = append(v2Specs, s2)
+		s3, err := crdbuilder.BuildOpenAPIV3(crd, version, crdbuilder.Options{IncludeSelectableFields: true})
+		if err != nil {
+			return fmt.Errorf("apiserver: OpenAPI v3 of %s %s: %w", crd.Name, version, err)
+		}
+		path := openAPIV3Path(schema.GroupVersion{Group: r.group, Version: r.version})
+		byGV[path] = append(byGV[path], s3)
+	}
+	if len(v2Specs) > 0 {
+		merged, err := crdbuilder.MergeSpecs(*v2, v2Specs...)
+		if err != nil {
+			return fmt.Errorf("apiserver: OpenAPI v2 of custom resources: %w", err)
+		}
+		*v2 = merged
+	}
+	for path, docs := range byGV {
+		merged, err := crdbuilder.MergeSpecsV3(docs...)
+		if err != nil {
+			return fmt.Errorf("apiserver: OpenAPI v3 of %s: %w", path, err)
+		}
+		v3[path] = merged
+	}
+	return nil
 }
 
 // openAPIV3Path is where a group version's v3 document is served below /openapi/v3/.

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	endpointsopenapi "k8s.io/apiserver/pkg/endpoints/openapi"
-	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/util"
 )
@@ -489,7 +488,7 @@ func (b *routeBuilder) subresourceObject(res *resource, sub *subresource) (runti
 		return res.newFunc(), res.gvk(), nil
 	}
 	var candidates []schema.GroupVersionKind
-	for gvk := range clientscheme.Scheme.AllKnownTypes() {
+	for gvk := range Scheme.AllKnownTypes() {
 		if gvk.Kind == sub.kind && gvk.Version != runtime.APIVersionInternal {
 			candidates = append(candidates, gvk)
 		}
@@ -514,7 +513,7 @@ func (b *routeBuilder) subresourceObject(res *resource, sub *subresource) (runti
 	if len(candidates) == 0 || rank(candidates[0]) == 3 {
 		return nil, schema.GroupVersionKind{}, fmt.Errorf("subresource %s: no Go type for kind %q", sub.name, sub.kind)
 	}
-	obj, err := clientscheme.Scheme.New(candidates[0])
+	obj, err := Scheme.New(candidates[0])
 	if err != nil {
 		return nil, schema.GroupVersionKind{}, err
 	}

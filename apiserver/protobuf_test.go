@@ -11,10 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/miniplane/miniplane/apiserver"
 )
 
 // TestProtobufAndJSONClientsAgree reads the same objects through a client that speaks
@@ -115,7 +117,7 @@ func TestEveryKindListsInProtobuf(t *testing.T) {
 	check(t, err)
 	cfg := rest.CopyConfig(env.AdminConfig)
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf"
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(apiserver.Scheme).WithoutConversion()
 	listed := 0
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)

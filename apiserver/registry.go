@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 )
 
 // registry is every resource the server serves, and the single owner of what differs
@@ -34,8 +35,8 @@ type registry struct {
 	all      []*resource // in registration order, which discovery follows
 	byGVR    map[schema.GroupVersionResource]*resource
 	byGVK    map[schema.GroupVersionKind]*resource
-	groups   []string          // API groups in registration order ("" is core)
-	versions map[string]string // group → its one served version (the first registered)
+	groups   []string            // API groups in registration order ("" is core)
+	versions map[string][]string // group → its served versions, the preferred one first
 	// revision counts registrations, so that what is derived from the whole registry
 	// (the OpenAPI documents) knows when to derive it again.
 	revision uint64
@@ -45,7 +46,7 @@ func newRegistry() *registry {
 	return &registry{
 		byGVR:    map[schema.GroupVersionResource]*resource{},
 		byGVK:    map[schema.GroupVersionKind]*resource{},
-		versions: map[string]string{},
+		versions: map[string][]string{},
 	}
 }
 
@@ -79,12 +80,47 @@ func (reg *registry) register(r *resource) error {
 	reg.all = append(reg.all, r)
 	reg.byGVR[gvr] = r
 	reg.byGVK[gvk] = r
-	if _, ok := reg.versions[r.group]; !ok {
+	versions, ok := reg.versions[r.group]
+	if !ok {
 		reg.groups = append(reg.groups, r.group)
-		reg.versions[r.group] = r.version
+	}
+	if !slices.Contains(versions, r.version) {
+		versions = append(versions, r.version)
+		// Kubernetes' order of preference: GA before beta before alpha, newer first.
+		slices.SortStableFunc(versions, func(a, b string) int { return -version.CompareKubeAwareVersionStrings(a, b) })
+		reg.versions[r.group] = versions
 	}
 	reg.revision++
 	return nil
+}
+
+// unregister removes the resource served at gvr (a custom resource whose definition went
+// away), and its group when nothing else is served in it. It reports whether there was one.
+func (reg *registry) unregister(gvr schema.GroupVersionResource) bool {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	r, ok := reg.byGVR[gvr]
+	if !ok {
+		return false
+	}
+	delete(reg.byGVR, gvr)
+	delete(reg.byGVK, r.gvk())
+	reg.all = slices.DeleteFunc(reg.all, func(x *resource) bool { return x == r })
+	stillServed := false
+	for _, x := range reg.all {
+		if x.group == r.group && x.version == r.version {
+			stillServed = true
+		}
+	}
+	if !stillServed {
+		reg.versions[r.group] = slices.DeleteFunc(reg.versions[r.group], func(v string) bool { return v == r.version })
+		if len(reg.versions[r.group]) == 0 {
+			delete(reg.versions, r.group)
+			reg.groups = slices.DeleteFunc(reg.groups, func(g string) bool { return g == r.group })
+		}
+	}
+	reg.revision++
+	return true
 }
 
 // currentRevision changes whenever a resource is registered.
@@ -139,11 +175,12 @@ func (reg *registry) lookup(group, version, name string) *resource {
 func (reg *registry) lookupGroupResource(gr schema.GroupResource) *resource {
 	reg.mu.RLock()
 	defer reg.mu.RUnlock()
-	version, ok := reg.versions[gr.Group]
-	if !ok {
-		return nil
+	for _, v := range reg.versions[gr.Group] {
+		if r, ok := reg.byGVR[gr.WithVersion(v)]; ok {
+			return r
+		}
 	}
-	return reg.byGVR[gr.WithVersion(version)]
+	return nil
 }
 
 // lookupKind returns the resource that serves gvk, or nil.
@@ -173,24 +210,34 @@ func (reg *registry) inGroupVersion(group, version string) []*resource {
 	return out
 }
 
-// groupVersions returns each served group ("" is core) with its version, in registration
-// order.
+// groupVersions returns each served group ("" is core) with its preferred version, in
+// registration order.
 func (reg *registry) groupVersions() []schema.GroupVersion {
 	reg.mu.RLock()
 	defer reg.mu.RUnlock()
 	out := make([]schema.GroupVersion, len(reg.groups))
 	for i, g := range reg.groups {
-		out[i] = schema.GroupVersion{Group: g, Version: reg.versions[g]}
+		out[i] = schema.GroupVersion{Group: g, Version: reg.versions[g][0]}
 	}
 	return out
 }
 
-// groupVersion returns the version served for group, if the group is served.
+// groupVersion returns the preferred version served for group, if the group is served.
 func (reg *registry) groupVersion(group string) (string, bool) {
 	reg.mu.RLock()
 	defer reg.mu.RUnlock()
 	v, ok := reg.versions[group]
-	return v, ok
+	if !ok {
+		return "", false
+	}
+	return v[0], true
+}
+
+// servedVersions returns every version served for group, the preferred one first.
+func (reg *registry) servedVersions(group string) []string {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	return slices.Clone(reg.versions[group])
 }
 
 // groupVersionPath is the URL prefix of a group/version: /api/v1 or /apis/<g>/<v>.

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientscheme "k8s.io/client-go/kubernetes/scheme"
 )
 
 // builtinRegistry returns the registry every server starts with.
@@ -118,7 +117,8 @@ func TestLookup(t *testing.T) {
 	}
 	want := []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
 		{Group: "batch", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "scheduling.k8s.io", Version: "v1"},
-		{Group: "rbac.authorization.k8s.io", Version: "v1"}, {Group: "networking.k8s.io", Version: "v1"}, {Group: "discovery.k8s.io", Version: "v1"}}
+		{Group: "rbac.authorization.k8s.io", Version: "v1"}, {Group: "networking.k8s.io", Version: "v1"}, {Group: "discovery.k8s.io", Version: "v1"},
+		{Group: "apiextensions.k8s.io", Version: "v1"}}
 	if got := reg.groupVersions(); !reflect.DeepEqual(got, want) {
 		t.Errorf("groupVersions = %v, want %v", got, want)
 	}
@@ -142,16 +142,16 @@ func TestBuiltinResourcesConsistent(t *testing.T) {
 	for _, r := range builtinRegistry(t).resources() {
 		t.Run(r.name, func(t *testing.T) {
 			obj, list := r.newFunc(), r.newListFunc()
-			want, err := clientscheme.Scheme.New(r.gvk())
+			want, err := Scheme.New(r.gvk())
 			if err != nil {
-				t.Fatalf("client-go does not know %s: %v", r.gvk(), err)
+				t.Fatalf("the scheme does not know %s: %v", r.gvk(), err)
 			}
 			if reflect.TypeOf(obj) != reflect.TypeOf(want) {
 				t.Errorf("newFunc makes %T, %s is %T", obj, r.gvk(), want)
 			}
-			wantList, err := clientscheme.Scheme.New(r.gvk().GroupVersion().WithKind(r.listKind()))
+			wantList, err := Scheme.New(r.gvk().GroupVersion().WithKind(r.listKind()))
 			if err != nil {
-				t.Fatalf("client-go does not know list kind %s: %v", r.listKind(), err)
+				t.Fatalf("the scheme does not know list kind %s: %v", r.listKind(), err)
 			}
 			if reflect.TypeOf(list) != reflect.TypeOf(wantList) {
 				t.Errorf("newListFunc makes %T, %s is %T", list, r.listKind(), wantList)
@@ -166,8 +166,8 @@ func TestBuiltinResourcesConsistent(t *testing.T) {
 				t.Errorf("storage name %q differs from the resource name %q", r.storageName(), r.name)
 			}
 			for _, sub := range r.subresources {
-				if _, err := clientscheme.Scheme.New(r.subresourceGVK(&sub)); err != nil {
-					t.Errorf("subresource %s: client-go does not know its kind: %v", sub.name, err)
+				if _, err := Scheme.New(r.subresourceGVK(&sub)); err != nil {
+					t.Errorf("subresource %s: the scheme does not know its kind: %v", sub.name, err)
 				}
 			}
 			if cols, row := r.strategy.tableColumns(), r.strategy.tableRow(obj, now); len(cols) != len(row) {

@@ -16,6 +16,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -157,6 +158,15 @@ type resource struct {
 
 	// cache is the resource's watch cache, set before the resource is served.
 	cache *cacher
+	// custom is the definition version a custom resource is served from; nil for the
+	// built-in kinds. Custom resources have no protobuf form and no strategic merge patch.
+	custom *customResourceVersion
+	// terminating refuses new objects: the definition of these custom resources is being
+	// deleted.
+	terminating atomic.Bool
+	// stop ends the watch cache of a resource served at run time.
+	stop func()
+
 	// lastCreateRV is the resourceVersion of the newest object this server created, so
 	// that what the server reads from the cache for its own decisions (the quotas of a
 	// namespace) includes what it has just written.
@@ -393,6 +403,7 @@ func otherResources() []*resource {
 	newCRB, newCRBList := listOf[rbacv1.ClusterRoleBinding, rbacv1.ClusterRoleBindingList]()
 	newNP, newNPList := listOf[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList]()
 	newES, newESList := listOf[discoveryv1.EndpointSlice, discoveryv1.EndpointSliceList]()
+	newCRD, newCRDList := listOf[apiextensionsv1.CustomResourceDefinition, apiextensionsv1.CustomResourceDefinitionList]()
 	const rbac = "rbac.authorization.k8s.io"
 	return []*resource{
 		{
@@ -434,6 +445,10 @@ func otherResources() []*resource {
 			shortNames: []string{"netpol"}, newFunc: newNP, newListFunc: newNPList, strategy: networkPolicyRules, tracksGeneration: true},
 		{group: "discovery.k8s.io", version: "v1", name: "endpointslices", kind: "EndpointSlice", singular: "endpointslice", namespaced: true,
 			newFunc: newES, newListFunc: newESList, strategy: endpointSliceRules},
+		{group: "apiextensions.k8s.io", version: "v1", name: "customresourcedefinitions", kind: "CustomResourceDefinition",
+			singular: "customresourcedefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"},
+			subresources: []subresource{statusSubresource}, newFunc: newCRD, newListFunc: newCRDList,
+			strategy: crdStrategy{crdRules}, tracksGeneration: true, deleteFunc: (*Server).deleteCRD},
 	}
 }
 

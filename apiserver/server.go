@@ -55,6 +55,9 @@ type Server struct {
 	services *serviceAllocator
 	quota    *quotaTracker
 	budgets  *budgetTracker
+	crds     *crdController
+	// runCtx is the context Start was given, for what starts later (custom resources' caches).
+	runCtx context.Context
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -107,21 +110,9 @@ func New(opts Options) (*Server, error) {
 	if s.reg, err = newBuiltinRegistry(builtinDeps{eventTTL: opts.Config.EventTTL, services: s.services, quota: s.quota}); err != nil {
 		return nil, err
 	}
-	quotas := s.reg.lookupGroupResource(quotasResource)
+	s.crds = newCRDController(s)
 	for _, r := range s.reg.resources() {
-		// The watch cache paces its waits on etcd in real time even when the server's
-		// clock is a test's fake one: a fake clock that is not stepped must not stall
-		// consistent reads (see cacher.clock).
-		r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
-		// Every change may change what a quota of its namespace counts.
-		isQuota := r == quotas
-		r.cache.onEvent = func(key, namespace string) {
-			if isQuota {
-				s.quota.quotaChanged(key)
-			}
-			s.quota.changed(namespace)
-			s.budgets.changed(namespace)
-		}
+		s.newCache(r)
 	}
 	s.metrics = newMetrics(s.reg)
 	for _, r := range s.reg.resources() {
@@ -136,6 +127,53 @@ func New(opts Options) (*Server, error) {
 	s.fields = newFieldManagers(s.reg, s.openapi)
 	s.handler = s.routes()
 	return s, nil
+}
+
+// newCache gives r its watch cache, wired to what follows every change.
+func (s *Server) newCache(r *resource) {
+	// The watch cache paces its waits on etcd in real time even when the server's clock
+	// is a test's fake one: a fake clock that is not stepped must not stall consistent
+	// reads (see cacher.clock).
+	r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
+	isQuota, isCRD := r.groupResource() == quotasResource, r.groupResource() == crdsResource
+	r.cache.onEvent = func(key, namespace string) {
+		// Every change may change what a quota or a disruption budget of its namespace counts.
+		if isQuota {
+			s.quota.quotaChanged(key)
+		}
+		if isCRD {
+			s.crds.changed(crdsResource.String())
+		}
+		s.quota.changed(namespace)
+		s.budgets.changed(namespace)
+	}
+	if s.metrics != nil {
+		r.cache.readWait = s.metrics.cacheReadWait.WithLabelValues(r.group, r.name)
+	}
+}
+
+// addResource serves r from now on: it starts r's watch cache, waits until it holds what
+// etcd holds, and registers r.
+func (s *Server) addResource(ctx context.Context, r *resource) error {
+	s.mu.Lock()
+	runCtx := s.runCtx
+	s.mu.Unlock()
+	if runCtx == nil {
+		return errors.New("apiserver: the server has not started")
+	}
+	s.newCache(r)
+	cacheCtx, stop := context.WithCancel(runCtx)
+	r.stop = stop
+	go r.cache.run(cacheCtx)
+	if err := r.cache.waitForRV(ctx, 1, time.Minute); err != nil {
+		stop()
+		return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
+	}
+	if err := s.reg.register(r); err != nil {
+		stop()
+		return err
+	}
+	return nil
 }
 
 // Handler returns the HTTP handler, for tests that serve it themselves.
@@ -180,6 +218,9 @@ func (s *Server) routes() http.Handler {
 // HTTPS (and the opt-in plain-HTTP listener). It returns once requests can be served;
 // the server stops when ctx ends, and Wait reports how.
 func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
 	resources := s.reg.resources()
 	for _, r := range resources {
 		go r.cache.run(ctx)
@@ -192,9 +233,14 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bootstrap(ctx); err != nil {
 		return err
 	}
+	// Custom resources of existing definitions are served from the first request on.
+	if err := s.crds.reconcile(ctx); err != nil {
+		s.log.Warn("custom resource definitions not all served", "err", err)
+	}
 	go s.nsFinal.run(ctx)
 	go s.quota.run(ctx)
 	go s.budgets.run(ctx)
+	go s.crds.run(ctx)
 
 	tlsConfig, err := s.tlsConfig()
 	if err != nil {

@@ -98,6 +98,11 @@ func (c *call) patch() {
 		return
 	}
 	patchType := types.PatchType(mt)
+	if patchType == types.StrategicMergePatchType && c.info.res.custom != nil {
+		c.fail(unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
+			types.JSONPatchType, types.MergePatchType, types.ApplyYAMLPatchType)))
+		return
+	}
 	var bodyProblems []error
 	if patchType != types.StrategicMergePatchType {
 		if bodyProblems, err = patchBodyProblems(mode, patchType == types.JSONPatchType, patchBytes); err != nil {
@@ -149,6 +154,7 @@ func (c *call) patch() {
 		if err != nil {
 			return nil, invalidPatch(string(patched), err)
 		}
+		found = append(found, c.prune(next)...)
 		if err := c.fieldProblems(mode, append(slices.Clone(bodyProblems), found...), func(err error) error { return invalidPatch(string(patched), err) }); err != nil {
 			return nil, err
 		}
@@ -326,7 +332,7 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 		res.strategy.prepareForStatusUpdate(next, cur, now)
 	} else {
 		res.strategy.prepareForUpdate(next, cur, now)
-		if res.tracksGeneration && !apiequality.Semantic.DeepEqual(specOf(next), specOf(cur)) {
+		if res.tracksGeneration && generationChanged(res, next, cur) {
 			nm.SetGeneration(om.GetGeneration() + 1)
 		}
 	}
@@ -344,6 +350,21 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 		return apierrors.NewInvalid(res.gvk().GroupKind(), name, errs)
 	}
 	return nil
+}
+
+// generationChanger is implemented by the strategies of kinds that say themselves which
+// changes count for metadata.generation (custom resources, which have no Spec field).
+type generationChanger interface {
+	generationChanged(obj, old runtime.Object) bool
+}
+
+// generationChanged reports whether next differs from cur in what metadata.generation
+// counts: the spec, unless the kind's strategy says otherwise.
+func generationChanged(res *resource, next, cur runtime.Object) bool {
+	if g, ok := res.strategy.(generationChanger); ok {
+		return g.generationChanged(next, cur)
+	}
+	return !apiequality.Semantic.DeepEqual(specOf(next), specOf(cur))
 }
 
 // specOf returns the Spec field of a typed object, or nil when it has none.

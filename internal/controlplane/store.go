@@ -5,8 +5,8 @@ import (
 	"log/slog"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	clientscheme "k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/miniplane/miniplane/apiserver"
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/store"
 )
@@ -70,7 +70,7 @@ func OpenStorage(ctx context.Context, cfg configs.APIServer, opts StorageOptions
 	}); err != nil {
 		return nil, err
 	}
-	s.Store = store.NewEtcdStore(s.client, store.NewProtobufCodec(clientscheme.Scheme), log)
+	s.Store = store.NewEtcdStore(s.client, store.NewProtobufCodec(apiserver.Scheme), log)
 	return s, nil
 }
 
