@@ -57,28 +57,41 @@ func TestPublishedManifests(t *testing.T) {
 	home := t.TempDir()
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
-			objs := manifestObjects(t, file)
-			out := dsKubectl(t, env, home, "apply", "-f", file)
-			if n := strings.Count(out, " created"); n != len(objs) {
-				t.Fatalf("kubectl apply created %d of %d objects:\n%s", n, len(objs), out)
-			}
-			for _, u := range objs {
-				if u.GetKind() != "DaemonSet" {
-					continue
-				}
-				ns, name := u.GetNamespace(), u.GetName()
-				poll.Until(t, dsTimeout, "DaemonSet "+ns+"/"+name+" ready on every node", func() bool {
-					ds, err := env.Client.AppsV1().DaemonSets(ns).Get(context.Background(), name, metav1.GetOptions{})
-					return err == nil && dsReadyEverywhere(ds, nodes)
-				})
-			}
-			dsKubectl(t, env, home, "delete", "-f", file, "--timeout=60s")
-			poll.Until(t, time.Minute, "every object of the file gone", func() bool {
-				left := dsKubectl(t, env, home, "get", "-f", file, "--ignore-not-found", "-o", "name")
-				return strings.TrimSpace(left) == ""
-			})
+			applyAndRemove(t, env, home, file, nodes, "apply", "-f", file)
 		})
 	}
+	// The file with two dozen definitions once more, with server-side apply.
+	t.Run("calico-with-crds/server-side", func(t *testing.T) {
+		file := filepath.Join("testdata", "manifests", "calico-with-crds.yaml")
+		applyAndRemove(t, env, home, file, nodes, "apply", "--server-side", "-f", file)
+	})
+}
+
+// applyAndRemove runs the apply command, waits for every DaemonSet of the file to run a
+// ready pod on each node, then deletes the file's objects and waits until all are gone.
+func applyAndRemove(t *testing.T, env *testenv.Env, home, file string, nodes int32, apply ...string) {
+	t.Helper()
+	objs := manifestObjects(t, file)
+	out := dsKubectl(t, env, home, apply...)
+	done := strings.Count(out, " created") + strings.Count(out, " serverside-applied")
+	if done != len(objs) {
+		t.Fatalf("kubectl %s: %d of %d objects:\n%s", strings.Join(apply, " "), done, len(objs), out)
+	}
+	for _, u := range objs {
+		if u.GetKind() != "DaemonSet" {
+			continue
+		}
+		ns, name := u.GetNamespace(), u.GetName()
+		poll.Until(t, dsTimeout, "DaemonSet "+ns+"/"+name+" ready on every node", func() bool {
+			ds, err := env.Client.AppsV1().DaemonSets(ns).Get(context.Background(), name, metav1.GetOptions{})
+			return err == nil && dsReadyEverywhere(ds, nodes)
+		})
+	}
+	dsKubectl(t, env, home, "delete", "-f", file, "--timeout=60s")
+	poll.Until(t, time.Minute, "every object of the file gone", func() bool {
+		left := dsKubectl(t, env, home, "get", "-f", file, "--ignore-not-found", "-o", "name")
+		return strings.TrimSpace(left) == ""
+	})
 }
 
 func dsReadyEverywhere(ds *appsv1.DaemonSet, nodes int32) bool {
