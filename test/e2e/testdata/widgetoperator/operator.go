@@ -1,0 +1,64 @@
+// Package widgetoperator is a small operator written the way controller-runtime users
+// write them, tested against miniplane's harness from a module of its own: it keeps one
+// ConfigMap per Widget (a custom resource) with server-side apply, and reports what it
+// did in the Widget's status.
+package widgetoperator
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// WidgetKind is the custom resource the operator reconciles.
+var WidgetKind = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
+
+// FieldOwner is the operator's field manager.
+const FieldOwner = "widget-operator"
+
+// Reconciler keeps the ConfigMap and the status of each Widget.
+type Reconciler struct {
+	Client client.Client
+}
+
+// Reconcile applies the Widget's ConfigMap and its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	w := &unstructured.Unstructured{}
+	w.SetGroupVersionKind(WidgetKind)
+	if err := r.Client.Get(ctx, req.NamespacedName, w); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size")
+	controller := true
+	cm := corev1ac.ConfigMap("widget-"+w.GetName(), w.GetNamespace()).
+		WithData(map[string]string{"size": fmt.Sprint(size)}).
+		WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(WidgetKind.GroupVersion().String()).
+			WithKind(WidgetKind.Kind).WithName(w.GetName()).WithUID(w.GetUID()).WithController(controller))
+	if err := r.Client.Apply(ctx, cm, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return ctrl.Result{}, err
+	}
+	status := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": WidgetKind.GroupVersion().String(), "kind": WidgetKind.Kind,
+		"metadata": map[string]any{"name": w.GetName(), "namespace": w.GetNamespace()},
+		"status":   map[string]any{"observedSize": size},
+	}}
+	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(status), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the reconciler for Widgets and the ConfigMaps they own.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	w := &unstructured.Unstructured{}
+	w.SetGroupVersionKind(WidgetKind)
+	return ctrl.NewControllerManagedBy(mgr).For(w).Owns(&corev1.ConfigMap{}).Named("widget").Complete(r)
+}

@@ -1,0 +1,156 @@
+package widgetoperator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/test/testenv"
+
+	"example.com/widgetoperator"
+)
+
+func widgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Widget", Plural: "widgets", Singular: "widget"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec":   {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "integer"}}},
+						"status": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"observedSize": {Type: "integer"}}},
+					},
+				}},
+			}},
+		},
+	}
+}
+
+// until polls cond every 50ms for at most 30s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestWidgetOperator(t *testing.T) {
+	ctrl.SetLogger(testr.New(t))
+	// An API server and the controller-manager, whose garbage collector removes what a
+	// deleted Widget owned.
+	cm := configs.DefaultControllerManager()
+	env := testenv.New(t, testenv.Config{ControllerManager: &cm})
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := client.New(env.AdminConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, widgetCRD()); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the Widget definition to be established", func() bool {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(ctx, types.NamespacedName{Name: "widgets.example.com"}, crd); err != nil {
+			return false
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
+
+	mgr, err := ctrl.NewManager(env.AdminConfig, ctrl.Options{Scheme: scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&widgetoperator.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w1", "namespace": "default"},
+		"spec":     map[string]any{"size": int64(3)},
+	}}
+	if err := c.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	configMapSays := func(size string) func() bool {
+		return func() bool {
+			got := &corev1.ConfigMap{}
+			if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "widget-w1"}, got); err != nil {
+				return false
+			}
+			applied := false
+			for _, e := range got.ManagedFields {
+				applied = applied || (e.Manager == widgetoperator.FieldOwner && e.Operation == metav1.ManagedFieldsOperationApply)
+			}
+			return got.Data["size"] == size && applied
+		}
+	}
+	until(t, "the operator's ConfigMap with size 3", configMapSays("3"))
+	until(t, "the Widget's status", func() bool {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(widgetoperator.WidgetKind)
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "w1"}, got); err != nil {
+			return false
+		}
+		size, _, _ := unstructured.NestedInt64(got.Object, "status", "observedSize")
+		return size == 3
+	})
+
+	if err := c.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"size":5}}`))); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the ConfigMap to follow the Widget to size 5", configMapSays("5"))
+
+	if err := c.Delete(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the garbage collector to delete the Widget's ConfigMap", func() bool {
+		err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "widget-w1"}, &corev1.ConfigMap{})
+		return apierrors.IsNotFound(err)
+	})
+}
