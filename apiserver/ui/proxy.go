@@ -2,6 +2,7 @@ package ui
 
 import (
 	"net/http"
+	"path"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,8 @@ func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rest := strings.TrimPrefix(r.URL.Path, proxyPrefix)
-	if !strings.HasPrefix(rest, "/api/") && !strings.HasPrefix(rest, "/apis/") {
+	// A path with . or .. segments could step out of the resource API once cleaned.
+	if (!strings.HasPrefix(rest, "/api/") && !strings.HasPrefix(rest, "/apis/")) || path.Clean(rest) != rest {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "only the resource API (/api/, /apis/) is reachable from the browser view")
 		return
 	}

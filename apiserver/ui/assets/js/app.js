@@ -43,6 +43,7 @@ const app = {
   podsByNode: new Map(), // node name → Map(pod key → pod), pods of the view
   currentHash: new Map(), // DaemonSet uid → current revision hash
   nodeNames: [],
+  wanted: new Set(), // nodes the view's placement check says want a pod
   dirty: new Set(),
   allDirty: false,
   frame: 0,
@@ -146,6 +147,7 @@ function route() {
   app.view = view;
   app.podsByNode = new Map();
   app.currentHash = new Map();
+  app.wanted = new Set();
   app.pods = app.revisions = app.events = null;
   app.chart.reset();
   app.timeline.reset([]);
@@ -250,13 +252,16 @@ function revisionsChanged() {
 }
 
 function dsChanged(ds, old) {
-  const picked = $('ds-pick').value;
-  const opts = [new Option('Overview: every DaemonSet', '#/')];
   const all = [...app.dss.items.values()].sort((a, b) => model.nodeOrder(`${a.metadata.namespace}/${a.metadata.name}`, `${b.metadata.namespace}/${b.metadata.name}`));
-  for (const d of all) opts.push(new Option(`${d.metadata.namespace}/${d.metadata.name}`, `#/ds/${d.metadata.namespace}/${d.metadata.name}`));
-  $('ds-pick').replaceChildren(...opts);
-  $('ds-pick').value = picked || '#/';
-  renderOverviewTable(all);
+  if (!ds || !old || !app.dss.items.has(`${ds.metadata.namespace}/${ds.metadata.name}`)) {
+    // The list of DaemonSets changed: so does the picker.
+    const picked = $('ds-pick').value;
+    const opts = [new Option('Overview: every DaemonSet', '#/')];
+    for (const d of all) opts.push(new Option(`${d.metadata.namespace}/${d.metadata.name}`, `#/ds/${d.metadata.namespace}/${d.metadata.name}`));
+    $('ds-pick').replaceChildren(...opts);
+    $('ds-pick').value = picked || '#/';
+  }
+  if (!app.view || app.view.kind === 'overview') renderOverviewTable(all);
   const cur = viewDS();
   if (app.view && app.view.kind === 'ds') {
     if (cur && !app.pods) startDSView();
@@ -274,6 +279,7 @@ function dsChanged(ds, old) {
 
 function relayout() {
   app.nodeNames = [...app.nodes.items.keys()].sort(model.nodeOrder);
+  app.wanted = new Set();
   app.grid.setNodes(app.nodeNames);
   $('node-count').textContent = `${app.nodeNames.length} nodes`;
   markAll();
@@ -324,16 +330,17 @@ function recompute() {
       if (!Number.isFinite(cell.availableAt)) cell.availableAt = 0;
     }
     if (cell.availableAt && (!soonest || cell.availableAt < soonest)) soonest = cell.availableAt;
+    if (cell.wanted) app.wanted.add(name); else app.wanted.delete(name);
     app.grid.update(cell);
   }
   if (app.grid.frame) cancelAnimationFrame(app.grid.frame);
   app.grid.flush();
+  renderWantedCheck();
   // A pod Ready but not yet available turns available by time alone: look again then.
   if (soonest) {
     clearTimeout(app.availTimer);
     app.availTimer = setTimeout(markAll, Math.max(0, soonest - Date.now()));
   }
-  renderWantedCheck();
 }
 
 function viewSynced() {
@@ -357,8 +364,7 @@ function renderWantedCheck() {
   const ds = viewDS();
   const el = $('wanted-check');
   if (!ds || !ds.status) { el.hidden = true; return; }
-  let wanted = 0;
-  for (const c of app.grid.cells.values()) if (c.dataset.state && c.dataset.state !== 'none' && !c.classList.contains('mis')) wanted++;
+  const wanted = app.wanted.size;
   const desired = ds.status.desiredNumberScheduled || 0;
   el.hidden = wanted === desired || ds.status.observedGeneration !== ds.metadata.generation;
   el.textContent = `The grid counts ${wanted} nodes that want a pod, the controller ${desired}: the view's placement check differs (legacy placement mode, or a rule it does not know).`;

@@ -18,6 +18,7 @@ export class Timeline {
     this.occ = []; // {t, reason, type, message}
     this.seen = new Map(); // event uid → count already counted
     this.frame = 0;
+    this.wait = 0;
     this.timer = setInterval(() => this.schedule(), 1000);
   }
 
@@ -39,22 +40,36 @@ export class Timeline {
     if (count <= had) return;
     const base = { reason: ev.reason, type: ev.type, message: ev.message };
     if (had === 0) {
-      this.occ.push({ ...base, t: firstTime(ev) });
+      this.insert({ ...base, t: firstTime(ev) });
       if (count > 1) {
         // A listed event aggregates occurrences in between we never saw; mark the last.
-        this.occ.push({ ...base, t: eventTime(ev), aggregated: listed && count > 2 ? count - 2 : 0 });
+        this.insert({ ...base, t: eventTime(ev), aggregated: listed && count > 2 ? count - 2 : 0 });
       }
     } else {
-      this.occ.push({ ...base, t: eventTime(ev), aggregated: count - had > 1 ? count - had - 1 : 0 });
+      this.insert({ ...base, t: eventTime(ev), aggregated: count - had > 1 ? count - had - 1 : 0 });
     }
     this.seen.set(ev.metadata.uid, count);
-    this.occ.sort((a, b) => a.t - b.t);
     if (this.occ.length > 5000) this.occ.splice(0, this.occ.length - 5000);
     this.schedule();
   }
 
+  // insert keeps occ in time order; occurrences mostly arrive in order, so this is a push.
+  insert(o) {
+    let i = this.occ.length;
+    while (i > 0 && this.occ[i - 1].t > o.t) i--;
+    this.occ.splice(i, 0, o);
+  }
+
+  // schedule redraws at most four times a second: during a rollout over thousands of nodes
+  // events arrive by the hundred per second, and a timeline needs no more.
   schedule() {
-    if (!this.frame) this.frame = requestAnimationFrame(() => { this.frame = 0; this.draw(); this.renderList(); });
+    if (this.frame || this.wait) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.draw();
+      this.renderList();
+      this.wait = setTimeout(() => { this.wait = 0; }, 250);
+    });
   }
 
   draw() {
