@@ -162,8 +162,8 @@ func securityHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	// A sign-in link in the address bar must not leak through Referer.
-	h.Set("Referrer-Policy", "no-referrer")
+	// A sign-in link in the address bar must not leak through Referer to another site.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 }
 
@@ -191,8 +191,10 @@ func clearCookie(w http.ResponseWriter) {
 // sameOrigin reports whether a browser says the request comes from the page's own origin.
 // Browsers send Origin on every POST, PUT, PATCH and DELETE, and Sec-Fetch-Site on every
 // request; a request with neither is not from a current browser's page and is refused.
+// Origin "null" (a form posted under some referrer policies, or from a sandboxed frame)
+// says nothing, so Sec-Fetch-Site decides then.
 func sameOrigin(r *http.Request) bool {
-	if o := r.Header.Get("Origin"); o != "" {
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		return o == "https://"+r.Host
 	}
 	if s := r.Header.Get("Sec-Fetch-Site"); s != "" {

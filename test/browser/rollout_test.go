@@ -102,8 +102,8 @@ const recordTransitions = `(() => {
 
 // TestRollout drives a rolling update and a rejecting node from the page and watches the
 // grid, the counters and the events follow; then checks what the page shows without the
-// session cookie. It saves a screenshot as a test artifact (and, with -update-screenshot,
-// as the README's docs/ui.png).
+// session cookie. It saves screenshots as test artifacts (and, with -update-screenshot, the
+// one of the failing node as the README's docs/ui.png).
 func TestRollout(t *testing.T) {
 	b := newBrowser(t)
 	env := testenv.New(t, testenv.Everything(3))
@@ -235,7 +235,12 @@ func TestRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkBackoff(t, gaps)
-	b.screenshot("ui-reject-pods.png")
+	// The README's picture: a rollout held up by a rejecting node, its backoff on the timeline.
+	if png := b.screenshot("ui-reject-pods.png"); *updateScreenshot {
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "ui.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Removing the fault lets the node catch up.
 	b.run(10*time.Second, "remove reject-pods",
@@ -246,11 +251,38 @@ func TestRollout(t *testing.T) {
 		`[...document.querySelectorAll('#grid .cell')].filter(c => c.dataset.state === 'available' && c.dataset.rev === 'new').length === 3 &&
 		 document.querySelectorAll('#revision-rows tr').length === 3`,
 		`JSON.stringify(window.__cellLog)`)
-	png := b.screenshot("ui-rollout.png")
-	if *updateScreenshot {
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", "ui.png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	b.screenshot("ui-rollout.png")
+
+	// Roll back to revision 1 from the page, as kubectl rollout undo --to-revision=1.
+	b.run(10*time.Second, "roll back to revision 1", chromedp.Click(chromedp.CSS(`#revision-rows tr[data-revision="1"] button`)))
+	waitImage(t, b, env.Client, "agent", "registry.example/agent:1")
+	waitRolledOut(t, env.Client, "agent", 3, time.Minute)
+	b.waitJS(30*time.Second, "revision 1 renumbered to 4 and current",
+		`document.querySelector('#revision-rows tr.current') && document.querySelector('#revision-rows tr.current').dataset.revision === '4' &&
+		 [...document.querySelectorAll('#grid .cell')].filter(c => c.dataset.state === 'available' && c.dataset.rev === 'new').length === 3`,
+		`document.getElementById('revision-rows').innerText`)
+
+	// The overview lists the DaemonSet with its counters and shows every node.
+	b.run(10*time.Second, "open the overview", chromedp.Click(chromedp.CSS(`#ds-pick`)), chromedp.SetValue(chromedp.ID("ds-pick"), "#/"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('ds-pick').dispatchEvent(new Event('change'))`))
+	b.waitJS(30*time.Second, "the overview",
+		`location.hash === '#/' && document.querySelector('#ds-rows a').textContent === 'default/agent' &&
+		 [...document.querySelectorAll('#grid .cell')].filter(c => c.dataset.state === 'available' && c.dataset.rev === 'new').length === 3`,
+		`document.getElementById('overview').innerText + ' | ' + JSON.stringify([...document.querySelectorAll('#grid .cell')].map(c => c.dataset.state + '/' + c.dataset.rev))`)
+
+	// Signed in with the viewer's token in the form, the page acts as the viewer: it may look
+	// but not cordon, and says why.
+	b.run(10*time.Second, "sign out", chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("signin")))
+	b.run(20*time.Second, "sign in as the viewer",
+		chromedp.SetValue(chromedp.ID("signin-token"), env.Token(testenv.ViewerUser)),
+		chromedp.Submit(chromedp.CSS("#signin form")), chromedp.WaitVisible(chromedp.ID("app")))
+	b.waitJS(20*time.Second, "the viewer sees the nodes", `document.querySelectorAll('#grid .cell[data-state=available]').length === 3 && document.getElementById('whoami').textContent === 'viewer'`,
+		`document.getElementById('whoami').textContent`)
+	b.run(10*time.Second, "cordon as the viewer", chromedp.Click(chromedp.CSS(`#grid .cell[data-node="stub-node-2"]`)), chromedp.Click(chromedp.ID("cordon")))
+	b.waitJS(10*time.Second, "the refusal", `document.getElementById('action-log').textContent.includes('"viewer" cannot patch')`,
+		`document.getElementById('action-log').textContent`)
+	if n, err := env.Client.CoreV1().Nodes().Get(ctx, "stub-node-2", metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
+		t.Fatalf("stub-node-2 after the viewer's cordon: unschedulable %v (%v)", n.Spec.Unschedulable, err)
 	}
 
 	// Signed out (the cookie gone), the same page shows the form and no object data.
