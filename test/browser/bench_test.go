@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
