@@ -19,6 +19,7 @@ import (
 
 	"github.com/miniplane/miniplane/apiserver/auth"
 	"github.com/miniplane/miniplane/apiserver/pki"
+	"github.com/miniplane/miniplane/apiserver/ui"
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/internal/profiling"
 	"github.com/miniplane/miniplane/store"
@@ -58,6 +59,8 @@ type Server struct {
 	crds     *crdController
 	// runCtx is the context Start was given, for what starts later (custom resources' caches).
 	runCtx context.Context
+	// ui is the browser view at /ui/; nil when it is off.
+	ui *ui.Handler
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -126,6 +129,13 @@ func New(opts Options) (*Server, error) {
 	s.openapi = newOpenAPIDocs(s.reg)
 	s.fields = newFieldManagers(s.reg, s.openapi)
 	s.handler = s.routes()
+	if opts.Config.UI.Enabled {
+		// The view calls the API through the whole handler chain above, as its users.
+		if s.ui, err = ui.New(ui.Options{Config: opts.Config.UI, API: s.handler, Clock: opts.Clock, Logger: opts.Logger}); err != nil {
+			return nil, err
+		}
+		s.handler = s.ui.Mount(s.handler)
+	}
 	return s, nil
 }
 
@@ -175,6 +185,9 @@ func (s *Server) addResource(ctx context.Context, r *resource) error {
 	}
 	return nil
 }
+
+// UI returns the browser view, or nil when it is off.
+func (s *Server) UI() *ui.Handler { return s.ui }
 
 // Handler returns the HTTP handler, for tests that serve it themselves.
 func (s *Server) Handler() http.Handler { return s.handler }

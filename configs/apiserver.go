@@ -86,6 +86,9 @@ type APIServer struct {
 	// Profiling serves Go's profiles under /debug/pprof/ to administrators only; default
 	// true, as kube-apiserver's --profiling. Flag --profiling.
 	Profiling bool `mapstructure:"profiling" flag:"profiling" help:"serve /debug/pprof/ to administrators"`
+
+	// UI is the browser view at /ui/ (docs/ui.md); flags --ui-….
+	UI UI `mapstructure:"ui" flag:"ui-"`
 }
 
 // DefaultAPIServer returns the secure loopback defaults.
@@ -109,6 +112,7 @@ func DefaultAPIServer() APIServer {
 		MaxRequestsInflight:         400,
 		MaxMutatingRequestsInflight: 200,
 		Profiling:                   true,
+		UI:                          DefaultUI(),
 	}
 }
 
@@ -165,7 +169,7 @@ func (c APIServer) Validate() error {
 	if c.AdvertiseAddress != "" && net.ParseIP(c.AdvertiseAddress) == nil {
 		return invalidf("advertise-address", "%q is not an IP address", c.AdvertiseAddress)
 	}
-	return nil
+	return within("ui", c.UI.Validate())
 }
 
 // ServiceCIDR parses ServiceClusterIPRange. Like kube-apiserver it takes an IPv4 range of

@@ -70,6 +70,14 @@ func printUsage(cmd *cobra.Command, cp *controlplane.ControlPlane, cfg configs.U
 Press Ctrl-C to stop; state is kept in %s.
 `, cp.URL, absPath(cp.KubeconfigPath), absPath(filepath.Join(cfg.APIServer.CertDir, "ca.crt")),
 		absPath(cfg.APIServer.TokenFile), cp.URL, absPath(cfg.DataDir))
+	if link := cp.SignInURL(); link != "" {
+		// The link works once and for a short while; after that the page asks for a token.
+		fmt.Fprintf(cmd.OutOrStdout(), `
+The browser view (trust %s, or accept the certificate):
+  %s
+  (works once within %s; then sign in with the admin token from %s)
+`, absPath(filepath.Join(cfg.APIServer.CertDir, "ca.crt")), link, cfg.APIServer.UI.SignInLinkTTL, absPath(cfg.APIServer.TokenFile))
+	}
 }
 
 func absPath(p string) string {

@@ -321,6 +321,15 @@ func (cp *ControlPlane) AdminClient() (kubernetes.Interface, error) {
 // Token returns the bearer token of user.
 func (cp *ControlPlane) Token(user string) string { return cp.tokens[user] }
 
+// SignInURL returns a fresh link that signs a browser in to the view at /ui/ once, as the
+// administrator (docs/ui.md), or "" when the view is off.
+func (cp *ControlPlane) SignInURL() string {
+	if cp.APIServer == nil || cp.APIServer.UI() == nil {
+		return ""
+	}
+	return cp.URL + cp.APIServer.UI().SignInLink(cp.tokens[credentials.AdminUser])
+}
+
 // Stop stops every component, then the API server and etcd, and waits for them.
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
