@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,12 +31,8 @@ func (c *call) deleteOptions() (*metav1.DeleteOptions, error) {
 			return nil, err
 		}
 	} else if len(data) > 0 {
-		if err := c.decodeJSON(data, metav1.SchemeGroupVersion.WithKind("DeleteOptions"), opts); err != nil {
-			// Clients send DeleteOptions under any group version; only the kind matters.
-			opts = &metav1.DeleteOptions{}
-			if err2 := c.decodeJSON(data, c.info.res.gvk().GroupVersion().WithKind("DeleteOptions"), opts); err2 != nil {
-				return nil, err
-			}
+		if err := c.decodeJSON(data, c.deleteOptionsKind(data), opts); err != nil {
+			return nil, err
 		}
 	}
 	q := c.r.URL.Query()
@@ -104,6 +101,28 @@ func (c *call) respondDeleted(obj runtime.Object, deleted bool) {
 		Status:   metav1.StatusSuccess,
 		Details:  &metav1.StatusDetails{Name: m.GetName(), Group: c.info.res.group, Kind: c.info.res.name, UID: m.GetUID()},
 	})
+}
+
+// deleteOptionsKind is the DeleteOptions kind a JSON body names. Clients send DeleteOptions
+// under any group version, not only the resource's: the metadata and dynamic clients (and
+// so kube's garbage collector) always write v1, also for apps or custom resources.
+// kube-apiserver registers DeleteOptions in every group version it serves and accepts them
+// all; so does this server. An unknown group version is reported as a mismatch with
+// meta.k8s.io/v1.
+func (c *call) deleteOptionsKind(data []byte) schema.GroupVersionKind {
+	want := metav1.SchemeGroupVersion.WithKind("DeleteOptions")
+	var tm metav1.TypeMeta
+	if json.Unmarshal(data, &tm) != nil || tm.APIVersion == "" {
+		return want
+	}
+	gv, err := schema.ParseGroupVersion(tm.APIVersion)
+	if err != nil {
+		return want
+	}
+	if served, ok := c.s.reg.groupVersion(gv.Group); (ok && served == gv.Version) || gv == (schema.GroupVersion{Version: "v1"}) {
+		return gv.WithKind("DeleteOptions")
+	}
+	return want
 }
 
 // deleteOne deletes one object of res: with the resource's own deleteFunc if it has one,
