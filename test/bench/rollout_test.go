@@ -55,6 +55,10 @@ const (
 	etcdValueSize = 1024
 	// idleFor is how long the idle fleet's CPU use is measured.
 	idleFor = 2 * time.Second
+	// settleFor is how long the control plane runs on after the rolling update before the
+	// heap is measured, so that event queues and watch buffers still draining the last
+	// status updates (longer on a busy machine) do not count.
+	settleFor = 2 * time.Second
 	// pollEvery is how often the DaemonSet's status is read.
 	pollEvery = 10 * time.Millisecond
 	// sampleEvery spaces the timeline's samples.
@@ -79,8 +83,9 @@ type rolloutResult struct {
 	// renewals of every node, and the controllers watching them), in cores.
 	idleCores float64
 	// heap is the live Go heap of the whole process (etcd, API server and its watch cache,
-	// every controller's informers, the fleet) after the rolling update, measured after a
-	// forced collection so that it does not depend on when the runtime last collected.
+	// every controller's informers, the fleet) settleFor after the rolling update, measured
+	// after a forced collection so that it does not depend on when the runtime last
+	// collected.
 	heap uint64
 }
 
@@ -228,6 +233,7 @@ func runRollout(b *testing.B, n int) rolloutResult {
 	res.rollingCPU = processCPU() - cpu1
 	b.StopTimer()
 	stopProfile()
+	time.Sleep(settleFor)
 	res.heap = liveHeap()
 	if *flagTimeline {
 		pods.mu.Lock()
