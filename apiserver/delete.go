@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,17 +32,7 @@ func (c *call) deleteOptions() (*metav1.DeleteOptions, error) {
 			return nil, err
 		}
 	} else if len(data) > 0 {
-		// Clients send DeleteOptions under any group version (meta.k8s.io/v1, the core v1
-		// that client-go's dynamic client names, the resource's own); only the kind matters.
-		var tm metav1.TypeMeta
-		_ = json.Unmarshal(data, &tm)
-		gv := metav1.SchemeGroupVersion
-		if tm.APIVersion != "" {
-			if parsed, err := schema.ParseGroupVersion(tm.APIVersion); err == nil {
-				gv = parsed
-			}
-		}
-		if err := c.decodeJSON(data, gv.WithKind("DeleteOptions"), opts); err != nil {
+		if err := c.decodeJSON(data, c.deleteOptionsKind(data), opts); err != nil {
 			return nil, err
 		}
 	}
@@ -111,6 +102,28 @@ func (c *call) respondDeleted(obj runtime.Object, deleted bool) {
 		Status:   metav1.StatusSuccess,
 		Details:  &metav1.StatusDetails{Name: m.GetName(), Group: c.info.res.group, Kind: c.info.res.name, UID: m.GetUID()},
 	})
+}
+
+// deleteOptionsKind is the DeleteOptions kind a JSON body names. Clients send DeleteOptions
+// under any group version, not only the resource's: the metadata and dynamic clients (and
+// so kube's garbage collector) always write v1, also for apps or custom resources.
+// kube-apiserver registers DeleteOptions in every group version it serves and accepts them
+// all; so does this server. An unknown group version is reported as a mismatch with
+// meta.k8s.io/v1.
+func (c *call) deleteOptionsKind(data []byte) schema.GroupVersionKind {
+	want := metav1.SchemeGroupVersion.WithKind("DeleteOptions")
+	var tm metav1.TypeMeta
+	if json.Unmarshal(data, &tm) != nil || tm.APIVersion == "" {
+		return want
+	}
+	gv, err := schema.ParseGroupVersion(tm.APIVersion)
+	if err != nil {
+		return want
+	}
+	if slices.Contains(c.s.reg.servedVersions(gv.Group), gv.Version) || gv == (schema.GroupVersion{Version: "v1"}) {
+		return gv.WithKind("DeleteOptions")
+	}
+	return want
 }
 
 // deleteOne deletes one object of res: with the resource's own deleteFunc if it has one,

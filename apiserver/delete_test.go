@@ -1,7 +1,9 @@
 package apiserver_test
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/miniplane/miniplane/test/testenv"
 )
 
 // TestGracefulPodDeletion: a pod bound to a node is only marked for deletion (its kubelet
@@ -357,4 +361,42 @@ func TestNamespaces(t *testing.T) {
 	// The name can be used again.
 	_, err = c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{})
 	check(t, err)
+}
+
+// TestDeleteOptionsUnderAnyServedGroupVersion: clients send DeleteOptions under the group
+// version they like, not the resource's — the metadata client (kube's garbage collector)
+// under v1 for every resource. Each served one is read; an unknown one is refused.
+func TestDeleteOptionsUnderAnyServedGroupVersion(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	raw := newRawClient(t, env)
+	admin := env.Token(testenv.AdminUser)
+	dss := env.Client.AppsV1().DaemonSets("default")
+	ctx := testCtx(t)
+	for i, apiVersion := range []string{"v1", "meta.k8s.io/v1", "apps/v1"} {
+		name := fmt.Sprintf("ds-%d", i)
+		_, err := dss.Create(ctx, daemonSet("default", name), metav1.CreateOptions{})
+		check(t, err)
+		resp := raw.do(t, request{method: "DELETE", path: "/apis/apps/v1/namespaces/default/daemonsets/" + name, token: admin,
+			contentType: "application/json",
+			body:        strings.NewReader(`{"kind":"DeleteOptions","apiVersion":"` + apiVersion + `","propagationPolicy":"Orphan"}`)})
+		if resp.code != 200 {
+			t.Fatalf("DeleteOptions under %s: HTTP %d %s", apiVersion, resp.code, resp.body)
+		}
+		got, err := dss.Get(ctx, name, metav1.GetOptions{})
+		check(t, err)
+		if !slices.Contains(got.Finalizers, metav1.FinalizerOrphanDependents) {
+			t.Fatalf("DeleteOptions under %s: propagationPolicy not read (finalizers %v)", apiVersion, got.Finalizers)
+		}
+	}
+	_, err := dss.Create(ctx, daemonSet("default", "kept"), metav1.CreateOptions{})
+	check(t, err)
+	resp := raw.do(t, request{method: "DELETE", path: "/apis/apps/v1/namespaces/default/daemonsets/kept", token: admin,
+		contentType: "application/json", body: strings.NewReader(`{"kind":"DeleteOptions","apiVersion":"nope.example/v9"}`)})
+	if resp.code != 400 || resp.status == nil || resp.status.Reason != metav1.StatusReasonBadRequest {
+		t.Fatalf("DeleteOptions under an unknown group version: HTTP %d %s", resp.code, resp.body)
+	}
+	if _, err := dss.Get(ctx, "kept", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a refused delete deleted: %v", err)
+	}
 }

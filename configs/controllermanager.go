@@ -124,6 +124,16 @@ type GarbageCollectorController struct {
 	// Workers is the number of concurrent dependents checks (--concurrent-gc-syncs); default 20,
 	// as kube-controller-manager.
 	Workers int `mapstructure:"workers" flag:"concurrent-gc-syncs" help:"garbage collector workers"`
+	// DiscoveryPeriod is how often the collector reads discovery to start watching resources
+	// that appeared (custom resources of a new CRD) and stop watching those that went; default
+	// 30s, kube-controller-manager's fixed period. A change to a CRD or an APIService also
+	// makes it look at once. Flag --gc-discovery-period.
+	DiscoveryPeriod time.Duration `mapstructure:"discovery-period" flag:"gc-discovery-period" help:"how often the garbage collector looks for resources that appeared or went"`
+	// IgnoredResources are resources the collector neither watches nor collects, as
+	// "resource.group" ("events" for the core group); default events and
+	// events.events.k8s.io, as kube-controller-manager: events are many, short-lived and
+	// owned by nothing.
+	IgnoredResources []string `mapstructure:"ignored-resources"`
 }
 
 // NodeLifecycleController configures node health monitoring and taint-based eviction
@@ -242,13 +252,27 @@ func (c ControllerManager) Validate() error {
 
 // DefaultGarbageCollectorController returns kube-controller-manager's defaults.
 func DefaultGarbageCollectorController() GarbageCollectorController {
-	return GarbageCollectorController{Workers: 20}
+	return GarbageCollectorController{
+		Workers:          20,
+		DiscoveryPeriod:  30 * time.Second,
+		IgnoredResources: []string{"events", "events.events.k8s.io"},
+	}
 }
 
 // Validate reports the first problem with c.
 func (c GarbageCollectorController) Validate() error {
 	if c.Workers < 1 {
 		return invalid("workers", "must be at least 1")
+	}
+	if c.DiscoveryPeriod < time.Second {
+		// Each look is a round of discovery requests; more often than every second would
+		// load the API server for no gain (CRD changes trigger a look anyway).
+		return invalid("discovery-period", "must be at least 1s")
+	}
+	for _, r := range c.IgnoredResources {
+		if r == "" || strings.HasPrefix(r, ".") || strings.ContainsAny(r, "/ ") {
+			return invalidf("ignored-resources", "%q is not a resource.group", r)
+		}
 	}
 	return nil
 }

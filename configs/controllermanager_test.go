@@ -19,6 +19,7 @@ nodelifecycle:
   node-monitor-grace-period: 1m
 garbagecollector:
   workers: 3
+  ignored-resources: [events, leases.coordination.k8s.io]
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ garbagecollector:
 	cfg := DefaultControllerManager()
 	flags := pflag.NewFlagSet("cm", pflag.ContinueOnError)
 	b := Bind(flags, &cfg)
-	if err := flags.Parse([]string{"--config", file, "--leader-elect", "--node-monitor-grace-period=30s", "--feature-gates=ScheduleDaemonSetPods=false"}); err != nil {
+	if err := flags.Parse([]string{"--config", file, "--leader-elect", "--node-monitor-grace-period=30s", "--feature-gates=ScheduleDaemonSetPods=false", "--gc-discovery-period=10s"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Load(); err != nil {
@@ -45,6 +46,8 @@ garbagecollector:
 		{"flag beats file", cfg.NodeLifecycle.GracePeriod == 30*time.Second},
 		{"env qps", cfg.KubeAPIQPS == 50},
 		{"gc workers from file", cfg.GarbageCollector.Workers == 3},
+		{"gc discovery period from flag", cfg.GarbageCollector.DiscoveryPeriod == 10*time.Second},
+		{"gc ignored resources from file", len(cfg.GarbageCollector.IgnoredResources) == 2 && cfg.GarbageCollector.IgnoredResources[1] == "leases.coordination.k8s.io"},
 		{"feature gate off", !cfg.FeatureEnabled(FeatureScheduleDaemonSetPods)},
 		{"daemonset selected by *", cfg.ControllerEnabled(ControllerDaemonSet)},
 		{"nodelifecycle dropped", !cfg.ControllerEnabled(ControllerNodeLifecycle)},
@@ -70,6 +73,10 @@ func TestControllerManagerValidate(t *testing.T) {
 		{name: "health disabled", mutate: func(c *ControllerManager) { c.HealthListen = "" }, ok: true},
 		{name: "gate in another case", mutate: func(c *ControllerManager) { c.FeatureGates = FeatureGates{"scheduledaemonsetpods": false} }},
 		{name: "unknown gate", mutate: func(c *ControllerManager) { c.FeatureGates = FeatureGates{"Nope": true} }},
+		{name: "gc discovery period below a second", mutate: func(c *ControllerManager) { c.GarbageCollector.DiscoveryPeriod = 100 * time.Millisecond }},
+		{name: "gc ignored resource with a version", mutate: func(c *ControllerManager) { c.GarbageCollector.IgnoredResources = []string{"apps/v1"} }},
+		{name: "gc ignored resource empty", mutate: func(c *ControllerManager) { c.GarbageCollector.IgnoredResources = []string{""} }},
+		{name: "gc ignores nothing", mutate: func(c *ControllerManager) { c.GarbageCollector.IgnoredResources = nil }, ok: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

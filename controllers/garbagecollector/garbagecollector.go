@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -27,14 +28,22 @@ const UserAgent = "garbage-collector"
 // so an entry never goes stale; the bound only caps memory (the set is cleared when full).
 const absentOwnerCacheSize = 10000
 
-// Options are the collector's dependencies. Client and Informers are required.
+// Options are the collector's dependencies. Metadata and Discovery are required.
 type Options struct {
-	// Client reads owners live, deletes dependents and updates ownerReferences/finalizers.
-	Client kubernetes.Interface
-	// Informers provides the pod, daemonset and controllerrevision informers (shared with
-	// the other controllers); the caller starts it after New.
-	Informers informers.SharedInformerFactory
-	// Clock drives the work queues' delays; nil means the real clock.
+	// Metadata feeds the collector's informers (object metadata only, one informer per
+	// watched resource), reads owners and dependents live, deletes dependents and patches
+	// ownerReferences and finalizers: no typed client is needed, so custom resources are
+	// collected like built-in ones.
+	Metadata metadata.Interface
+	// Discovery lists the served resources; the collector watches every one that supports
+	// list, watch and delete.
+	Discovery Discovery
+	// Shared are informers that other controllers of the process already run, by resource
+	// (typed informers of a factory they start). The collector watches those resources
+	// through them, adding its index and handlers, rather than caching their objects a second
+	// time; it neither starts nor stops them.
+	Shared map[schema.GroupVersionResource]cache.SharedIndexInformer
+	// Clock drives the discovery period and the work queues' delays; nil means the real clock.
 	Clock clock.WithTicker
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -43,12 +52,31 @@ type Options struct {
 }
 
 // GarbageCollector deletes dependents of deleted owners and serves the foregroundDeletion and
-// orphan finalizers. Create it with New and start it with Run.
+// orphan finalizers, for every resource discovery lists. Create it with New and start it
+// with Run.
 type GarbageCollector struct {
-	resources []*resource
-	synced    []cache.InformerSynced
+	metadata  metadata.Interface
+	discovery Discovery
+	shared    map[schema.GroupVersionResource]cache.SharedIndexInformer
+	ignored   map[schema.GroupResource]bool
+	period    time.Duration
 	workers   int
+	clock     clock.WithTicker
 	logger    *slog.Logger
+
+	// resyncMu serializes discovery resyncs.
+	resyncMu sync.Mutex
+	// mu guards monitors, kinds and discovered.
+	mu sync.RWMutex
+	// monitors are the watched resources.
+	monitors map[schema.GroupVersionResource]*monitor
+	// kinds maps every kind discovery lists as readable to its resource: ownerReferences name
+	// kinds.
+	kinds map[schema.GroupKind]apiResource
+	// discovered is set once discovery has been read.
+	discovered bool
+	// rediscover asks the discovery loop to look now.
+	rediscover chan struct{}
 
 	// attemptToDelete holds dependents to check against their owners, and owners being
 	// deleted in the foreground whose dependents must go first.
@@ -59,18 +87,24 @@ type GarbageCollector struct {
 	absentMu     sync.Mutex
 	absentOwners map[types.UID]struct{}
 
-	deletions *prometheus.CounterVec
-	orphaned  prometheus.Counter
+	// parked holds objects naming an owner of a kind discovery does not list, by that kind.
+	parkedMu sync.Mutex
+	parked   map[schema.GroupKind]map[objectRef]struct{}
+
+	deletions  *prometheus.CounterVec
+	orphaned   prometheus.Counter
+	watched    prometheus.Gauge
+	syncErrors prometheus.Counter
 }
 
-// New validates cfg and builds a collector from it and opts, registering indexers and
-// handlers on the served informers. Call it before the informer factory is started.
+// New validates cfg and builds a collector from it and opts. It watches nothing until Run
+// reads discovery. Shared informers may be started before or after New.
 func New(cfg configs.GarbageCollectorController, opts Options) (*GarbageCollector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("garbagecollector: %w", err)
 	}
-	if opts.Client == nil || opts.Informers == nil {
-		return nil, errors.New("garbagecollector: Options.Client and Options.Informers are required")
+	if opts.Metadata == nil || opts.Discovery == nil {
+		return nil, errors.New("garbagecollector: Options.Metadata and Options.Discovery are required")
 	}
 	clk := opts.Clock
 	if clk == nil {
@@ -80,11 +114,24 @@ func New(cfg configs.GarbageCollectorController, opts Options) (*GarbageCollecto
 	if logger == nil {
 		logger = slog.Default()
 	}
+	ignored := map[schema.GroupResource]bool{}
+	for _, r := range cfg.IgnoredResources {
+		ignored[schema.ParseGroupResource(r)] = true
+	}
 	gc := &GarbageCollector{
-		resources:    servedResources(opts.Client, opts.Informers),
+		metadata:     opts.Metadata,
+		discovery:    opts.Discovery,
+		shared:       opts.Shared,
+		ignored:      ignored,
+		period:       cfg.DiscoveryPeriod,
 		workers:      cfg.Workers,
+		clock:        clk,
 		logger:       logger,
+		monitors:     map[schema.GroupVersionResource]*monitor{},
+		kinds:        map[schema.GroupKind]apiResource{},
+		rediscover:   make(chan struct{}, 1),
 		absentOwners: map[types.UID]struct{}{},
+		parked:       map[schema.GroupKind]map[objectRef]struct{}{},
 		attemptToDelete: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[objectRef](),
 			workqueue.TypedRateLimitingQueueConfig[objectRef]{Clock: clk}),
@@ -99,55 +146,55 @@ func New(cfg configs.GarbageCollectorController, opts Options) (*GarbageCollecto
 			Name: "garbagecollector_orphaned_total",
 			Help: "Dependents whose ownerReference was removed for an orphaning delete.",
 		}),
+		watched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "garbagecollector_watched_resources",
+			Help: "Resources the garbage collector watches, from discovery.",
+		}),
+		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "garbagecollector_resources_sync_errors_total",
+			Help: "Discovery reads that failed or could not start watching every resource.",
+		}),
 	}
 	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(gc.deletions); err != nil {
-			return nil, fmt.Errorf("garbagecollector: metrics: %w", err)
+		for _, c := range []prometheus.Collector{gc.deletions, gc.orphaned, gc.watched, gc.syncErrors} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("garbagecollector: metrics: %w", err)
+			}
 		}
-		if err := opts.Registerer.Register(gc.orphaned); err != nil {
-			return nil, fmt.Errorf("garbagecollector: metrics: %w", err)
-		}
-	}
-	if err := gc.watch(); err != nil {
-		return nil, fmt.Errorf("garbagecollector: %w", err)
 	}
 	return gc, nil
 }
 
-// validate reports the first problem with cfg. configs.GarbageCollectorController has no
-// Validate method of its own; the rule is the one configs.ControllerManager.Validate applies.
-
-// watch adds the owner index and the event handlers to every served informer.
-func (gc *GarbageCollector) watch() error {
-	for i, r := range gc.resources {
-		if _, exists := r.informer.GetIndexer().GetIndexers()[ownerUIDIndex]; !exists {
-			if err := r.informer.AddIndexers(cache.Indexers{ownerUIDIndex: indexByOwnerUID}); err != nil {
-				return fmt.Errorf("%s index: %w", r.name, err)
-			}
-		}
-		reg, err := r.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { gc.onChange(i, nil, obj) },
-			UpdateFunc: func(oldObj, newObj any) { gc.onChange(i, oldObj, newObj) },
-			DeleteFunc: func(obj any) { gc.onDelete(i, obj) },
-		})
-		if err != nil {
-			return fmt.Errorf("%s handler: %w", r.name, err)
-		}
-		gc.synced = append(gc.synced, reg.HasSynced)
-	}
-	return nil
-}
-
-// Run waits for every served informer, then works both queues until ctx is cancelled.
+// Run reads discovery, starts an informer per watched resource, waits (at most one discovery
+// period) for them to sync, then works both queues and re-reads discovery every period until
+// ctx is cancelled; it stops its informers before it returns.
 func (gc *GarbageCollector) Run(ctx context.Context) error {
-	defer gc.attemptToDelete.ShutDown()
-	defer gc.attemptToOrphan.ShutDown()
-	gc.logger.Info("starting garbage collector", "workers", gc.workers)
-	// Deciding on a partial graph would take owners for absent; wait for all of it.
-	if !cache.WaitForCacheSync(ctx.Done(), gc.synced...) {
-		return ctx.Err()
-	}
+	gc.logger.Info("starting garbage collector", "workers", gc.workers, "discoveryPeriod", gc.period)
 	var wg sync.WaitGroup
+	defer func() {
+		gc.attemptToDelete.ShutDown()
+		gc.attemptToOrphan.ShutDown()
+		wg.Wait()
+		gc.stopMonitors()
+		gc.logger.Info("stopped garbage collector")
+	}()
+	if err := gc.resync(ctx); err != nil && ctx.Err() == nil {
+		gc.logger.Warn("garbage collector discovery failed; retrying every period", "err", err)
+	}
+	// The ticker starts now, not when the loop's goroutine first runs, so that the period
+	// counts from the first discovery read.
+	ticker := gc.clock.NewTicker(gc.period)
+	wg.Go(func() { gc.discoveryLoop(ctx, ticker) })
+	if !gc.waitForSync(ctx) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		// Deciding with some caches incomplete is safe — an owner missing from a cache is
+		// read live before its dependents go, and finalizers are only removed after a live
+		// list — only slower; waiting for ever on one broken resource would stop collection
+		// of all the others.
+		gc.logger.Warn("garbage collector resources not synced; collecting anyway", "resources", gc.unsynced())
+	}
 	for range gc.workers {
 		wg.Go(func() {
 			for gc.processNext(ctx, gc.attemptToDelete, gc.attemptToDeleteItem) {
@@ -159,11 +206,23 @@ func (gc *GarbageCollector) Run(ctx context.Context) error {
 		}
 	})
 	<-ctx.Done()
-	gc.attemptToDelete.ShutDown()
-	gc.attemptToOrphan.ShutDown()
-	wg.Wait()
-	gc.logger.Info("stopped garbage collector")
 	return nil
+}
+
+// waitForSync waits for HasSynced for at most one discovery period.
+func (gc *GarbageCollector) waitForSync(ctx context.Context) bool {
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := gc.clock.NewTimer(gc.period)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-timer.C():
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
+	return cache.WaitForCacheSync(waitCtx.Done(), gc.HasSynced)
 }
 
 func (gc *GarbageCollector) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[objectRef],
@@ -178,7 +237,7 @@ func (gc *GarbageCollector) processNext(ctx context.Context, q workqueue.TypedRa
 			q.AddRateLimited(item)
 			// Warn, not Debug: an item that keeps failing is a stuck collector, and the retry
 			// count tells a transient failure from a persistent one.
-			gc.logger.Warn("garbage collection failed; retrying", "resource", gc.resources[item.res].name,
+			gc.logger.Warn("garbage collection failed; retrying", "resource", item.resource.GroupResource().String(),
 				"object", item.key(), "retries", q.NumRequeues(item), "err", err)
 		}
 		return true
@@ -187,18 +246,14 @@ func (gc *GarbageCollector) processNext(ctx context.Context, q workqueue.TypedRa
 	return true
 }
 
-func (gc *GarbageCollector) ref(res int, m metav1.Object) objectRef {
-	return objectRef{res: res, namespace: m.GetNamespace(), name: m.GetName(), uid: m.GetUID()}
-}
-
 // onChange reacts to an added or updated object: finalizers to serve, owners to check, and
 // foreground-deleting owners to re-examine when a dependent changed.
-func (gc *GarbageCollector) onChange(res int, oldObj, newObj any) {
+func (gc *GarbageCollector) onChange(gvr schema.GroupVersionResource, oldObj, newObj any) {
 	m, err := meta.Accessor(newObj)
 	if err != nil {
 		return
 	}
-	item := gc.ref(res, m)
+	item := refTo(gvr, m)
 	if m.GetDeletionTimestamp() != nil {
 		if hasFinalizer(m, metav1.FinalizerOrphanDependents) {
 			gc.attemptToOrphan.Add(item)
@@ -210,24 +265,24 @@ func (gc *GarbageCollector) onChange(res int, oldObj, newObj any) {
 	refs := m.GetOwnerReferences()
 	if len(refs) == 0 {
 		if oldObj != nil {
-			gc.enqueueWaitingOwners(res, oldObj) // orphaned: its old owners may be unblocked
+			gc.enqueueWaitingOwners(oldObj) // orphaned: its old owners may be unblocked
 		}
 		return
 	}
-	if !gc.ownersPresentInCache(res, m) {
+	if !gc.ownersPresentInCache(m) {
 		gc.attemptToDelete.Add(item)
 	}
 	if oldObj != nil {
-		gc.enqueueWaitingOwners(res, oldObj)
+		gc.enqueueWaitingOwners(oldObj)
 	}
 	if m.GetDeletionTimestamp() != nil {
-		gc.enqueueWaitingOwners(res, newObj)
+		gc.enqueueWaitingOwners(newObj)
 	}
 }
 
 // onDelete reacts to a deleted object: its dependents may now be dangling, and its owners
 // deleting in the foreground may be unblocked.
-func (gc *GarbageCollector) onDelete(res int, obj any) {
+func (gc *GarbageCollector) onDelete(gvr schema.GroupVersionResource, obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
@@ -237,110 +292,35 @@ func (gc *GarbageCollector) onDelete(res int, obj any) {
 	}
 	// The informer saw this UID deleted; UIDs are never reused.
 	gc.markAbsent(m.GetUID())
+	gc.unpark(refTo(gvr, m), m.GetOwnerReferences())
 	for _, d := range gc.dependents(m.GetUID()) {
 		gc.attemptToDelete.Add(d.ref)
 	}
-	gc.enqueueWaitingOwners(res, obj)
+	gc.enqueueWaitingOwners(obj)
 }
 
 // enqueueWaitingOwners queues the owners of obj that are being deleted in the foreground.
-func (gc *GarbageCollector) enqueueWaitingOwners(res int, obj any) {
+func (gc *GarbageCollector) enqueueWaitingOwners(obj any) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	for _, ref := range m.GetOwnerReferences() {
-		ownerRes, owner := gc.cachedOwner(res, m.GetNamespace(), ref)
+		ownerRef, owner := gc.cachedOwner(m.GetNamespace(), ref)
 		if owner != nil && owner.GetDeletionTimestamp() != nil && hasFinalizer(owner, metav1.FinalizerDeleteDependents) {
-			gc.attemptToDelete.Add(gc.ref(ownerRes, owner))
+			gc.attemptToDelete.Add(ownerRef)
 		}
 	}
 }
 
-// ownersPresentInCache reports whether every owner of m of a served kind is in the informer
-// cache with the referenced UID. Unknown kinds count as present: the collector does not
-// judge owners it cannot see.
-func (gc *GarbageCollector) ownersPresentInCache(res int, m metav1.Object) bool {
+// ownersPresentInCache reports whether every owner of m is in an informer cache with the
+// referenced UID. An owner that is not — of a kind that is not watched, or not known at
+// all — gets m checked, which reads it live or parks m until its kind appears.
+func (gc *GarbageCollector) ownersPresentInCache(m metav1.Object) bool {
 	for _, ref := range m.GetOwnerReferences() {
-		ownerRes := gc.resourceFor(ref)
-		if ownerRes < 0 {
-			continue
-		}
-		if _, owner := gc.cachedOwner(res, m.GetNamespace(), ref); owner == nil {
+		if _, owner := gc.cachedOwner(m.GetNamespace(), ref); owner == nil {
 			return false
 		}
 	}
 	return true
-}
-
-// resourceFor returns the index of the served resource an ownerReference points to, or -1.
-func (gc *GarbageCollector) resourceFor(ref metav1.OwnerReference) int {
-	group := groupOf(ref.APIVersion)
-	for i, r := range gc.resources {
-		if r.kind == ref.Kind && r.group == group {
-			return i
-		}
-	}
-	return -1
-}
-
-// cachedOwner returns the cached owner ref points to (with the same UID), or nil.
-func (gc *GarbageCollector) cachedOwner(_ int, namespace string, ref metav1.OwnerReference) (int, metav1.Object) {
-	ownerRes := gc.resourceFor(ref)
-	if ownerRes < 0 {
-		return -1, nil
-	}
-	r := gc.resources[ownerRes]
-	key := ref.Name
-	if r.namespaced {
-		key = namespace + "/" + ref.Name
-	}
-	obj, exists, err := r.informer.GetIndexer().GetByKey(key)
-	if err != nil || !exists {
-		return ownerRes, nil
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil || m.GetUID() != ref.UID {
-		return ownerRes, nil
-	}
-	return ownerRes, m
-}
-
-// dependent is a cached object that names some owner UID.
-type dependent struct {
-	ref objectRef
-	obj metav1.Object
-}
-
-// dependents lists the cached objects of every served resource that name owner uid.
-func (gc *GarbageCollector) dependents(uid types.UID) []dependent {
-	var out []dependent
-	for i, r := range gc.resources {
-		objs, err := r.informer.GetIndexer().ByIndex(ownerUIDIndex, string(uid))
-		if err != nil {
-			continue
-		}
-		for _, obj := range objs {
-			if m, err := meta.Accessor(obj); err == nil {
-				out = append(out, dependent{ref: gc.ref(i, m), obj: m})
-			}
-		}
-	}
-	return out
-}
-
-func (gc *GarbageCollector) markAbsent(uid types.UID) {
-	gc.absentMu.Lock()
-	defer gc.absentMu.Unlock()
-	if len(gc.absentOwners) >= absentOwnerCacheSize {
-		clear(gc.absentOwners)
-	}
-	gc.absentOwners[uid] = struct{}{}
-}
-
-func (gc *GarbageCollector) knownAbsent(uid types.UID) bool {
-	gc.absentMu.Lock()
-	defer gc.absentMu.Unlock()
-	_, ok := gc.absentOwners[uid]
-	return ok
 }

@@ -5,14 +5,12 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // maxUpdateAttempts bounds optimistic-concurrency retries of one ownerReference or
-// finalizer update before the item goes back to the rate-limited queue.
+// finalizer patch before the item goes back to the rate-limited queue.
 const maxUpdateAttempts = 5
 
 // attemptToDeleteItem is the dependents check, after kube's attemptToDeleteItem:
@@ -20,23 +18,23 @@ const maxUpdateAttempts = 5
 //   - an object being deleted with the foregroundDeletion finalizer is an owner waiting for
 //     its dependents: they are queued for deletion, and the finalizer is removed once none
 //     with blockOwnerDeletion is left;
-//   - otherwise each owner is solid (exists), dangling (gone: verified by a live GET) or
-//     waiting (being deleted in the foreground). With a solid owner the dependent stays and
-//     only loses references to dangling and waiting owners; without one it is deleted —
-//     in the foreground when a waiting owner must wait for its own dependents too.
+//   - otherwise each owner is solid (exists, or cannot be judged), dangling (gone: verified
+//     by a live GET) or waiting (being deleted in the foreground). With a solid owner the
+//     dependent stays and only loses references to dangling and waiting owners; without one
+//     it is deleted — in the foreground when a waiting owner must wait for its own
+//     dependents too.
 func (gc *GarbageCollector) attemptToDeleteItem(ctx context.Context, item objectRef) error {
-	r := gc.resources[item.res]
-	_, m := gc.cached(item)
+	m := gc.cached(item)
 	if m == nil {
-		return nil // gone, or replaced by another object with the same name
+		return nil // gone, replaced by another object with the same name, or no longer watched
 	}
-	if m.GetDeletionTimestamp() != nil {
+	if m.DeletionTimestamp != nil {
 		if !hasFinalizer(m, metav1.FinalizerDeleteDependents) {
 			return nil // already being deleted; nothing for the collector to do
 		}
 		return gc.processDeletingDependents(ctx, item)
 	}
-	if len(m.GetOwnerReferences()) == 0 {
+	if len(m.OwnerReferences) == 0 {
 		return nil
 	}
 	act, err := gc.decide(ctx, item, m)
@@ -45,38 +43,44 @@ func (gc *GarbageCollector) attemptToDeleteItem(ctx context.Context, item object
 	}
 	// The cache may be behind (an orphaning or adoption that just happened): decide again
 	// on the live object before changing anything, as kube's collector does.
-	obj, err := r.get(ctx, item.namespace, item.name)
+	live, err := gc.get(ctx, item.resource, item.namespace, item.name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("getting %s %s: %w", r.name, item.key(), err)
+		return fmt.Errorf("getting %s %s: %w", item.resource.GroupResource(), item.key(), err)
 	}
-	if m, err = meta.Accessor(obj); err != nil || m.GetUID() != item.uid || m.GetDeletionTimestamp() != nil {
+	if live.UID != item.uid || live.DeletionTimestamp != nil {
+		return nil
+	}
+	if act, err = gc.decide(ctx, item, live); err != nil {
 		return err
 	}
-	if act, err = gc.decide(ctx, item, m); err != nil {
-		return err
-	}
-	logger := gc.logger.With("resource", r.name, "object", item.key())
+	logger := gc.logger.With("resource", item.resource.GroupResource().String(), "object", item.key())
 	switch act.kind {
 	case actDropRefs:
 		logger.Debug("removing references to deleted owners", "owners", len(act.owners))
-		return gc.updateObject(ctx, item, obj, func(m metav1.Object) bool { return removeOwnerRefs(m, act.owners) })
+		return gc.patchMetadata(ctx, item, live, func(m metav1.Object) bool { return removeOwnerRefs(m, act.owners) })
 	case actDeleteForeground:
 		// The waiting owner must wait for this object's dependents as well: delete it in the
-		// foreground. Unblock the owner first, so that it does not wait on this object while
-		// this object waits on its own dependents.
-		if err := gc.updateObject(ctx, item, obj, func(m metav1.Object) bool { return unblockOwnerRefs(m, act.owners) }); err != nil {
-			return err
+		// foreground, so that the chain goes bottom-up. Should one of its dependents wait for
+		// its own dependents too, the references may form a cycle, in which every object
+		// would wait for ever: as kube's collector does, this object then stops blocking its
+		// owners before it is deleted.
+		if gc.dependentDeletingInForeground(item.uid) {
+			logger.Debug("unblocking owners to break a possible cycle of foreground deletions")
+			if err := gc.patchMetadata(ctx, item, live, func(m metav1.Object) bool { return unblockOwnerRefs(m, act.owners) }); err != nil {
+				return err
+			}
 		}
+		logger.Debug("deleting object in the foreground for an owner that waits for its dependents")
 		return gc.deleteObject(ctx, item, metav1.DeletePropagationForeground)
 	case actDelete:
 		policy := metav1.DeletePropagationBackground
 		switch {
-		case hasFinalizer(m, metav1.FinalizerOrphanDependents):
+		case hasFinalizer(live, metav1.FinalizerOrphanDependents):
 			policy = metav1.DeletePropagationOrphan
-		case hasFinalizer(m, metav1.FinalizerDeleteDependents):
+		case hasFinalizer(live, metav1.FinalizerDeleteDependents):
 			policy = metav1.DeletePropagationForeground
 		}
 		logger.Debug("deleting object whose owners are gone", "propagationPolicy", policy)
@@ -145,10 +149,8 @@ func (gc *GarbageCollector) decide(ctx context.Context, item objectRef, m metav1
 func (gc *GarbageCollector) processDeletingDependents(ctx context.Context, item objectRef) error {
 	blocking := 0
 	for _, d := range gc.dependents(item.uid) {
-		for _, ref := range d.obj.GetOwnerReferences() {
-			if ref.UID == item.uid && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
-				blocking++
-			}
+		if blocks(d.obj, item.uid) {
+			blocking++
 		}
 		if d.obj.GetDeletionTimestamp() == nil {
 			gc.attemptToDelete.Add(d.ref)
@@ -158,8 +160,8 @@ func (gc *GarbageCollector) processDeletingDependents(ctx context.Context, item 
 		// Each dependent's deletion event queues the owner again.
 		return nil
 	}
-	obj, _ := gc.cached(item)
-	if obj == nil {
+	owner := gc.cached(item)
+	if owner == nil {
 		return nil
 	}
 	// Dropping the finalizer cannot be undone: confirm on a live read that no blocking
@@ -169,30 +171,49 @@ func (gc *GarbageCollector) processDeletingDependents(ctx context.Context, item 
 		return err
 	}
 	for _, d := range live {
-		for _, ref := range d.obj.GetOwnerReferences() {
-			if ref.UID == item.uid && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
-				blocking++
-			}
+		if blocks(d.obj, item.uid) {
+			blocking++
 		}
 		if d.obj.GetDeletionTimestamp() == nil {
 			gc.attemptToDelete.Add(d.ref)
 		}
 	}
 	if blocking > 0 {
-		return fmt.Errorf("%d dependents of %s %s not yet in the cache", blocking, gc.resources[item.res].name, item.key())
+		return fmt.Errorf("%d dependents of %s %s not yet in the cache", blocking, item.resource.GroupResource(), item.key())
 	}
-	gc.logger.Debug("dependents are gone; removing finalizer", "resource", gc.resources[item.res].name,
+	gc.logger.Debug("dependents are gone; removing finalizer", "resource", item.resource.GroupResource().String(),
 		"object", item.key(), "finalizer", metav1.FinalizerDeleteDependents)
-	return gc.updateObject(ctx, item, obj, func(m metav1.Object) bool {
+	return gc.patchMetadata(ctx, item, owner, func(m metav1.Object) bool {
 		return removeFinalizer(m, metav1.FinalizerDeleteDependents)
 	})
+}
+
+// dependentDeletingInForeground reports whether a cached dependent of uid is itself being
+// deleted in the foreground.
+func (gc *GarbageCollector) dependentDeletingInForeground(uid types.UID) bool {
+	for _, d := range gc.dependents(uid) {
+		if d.obj.GetDeletionTimestamp() != nil && hasFinalizer(d.obj, metav1.FinalizerDeleteDependents) {
+			return true
+		}
+	}
+	return false
+}
+
+// blocks reports whether dependent m blocks the foreground deletion of owner uid.
+func blocks(m metav1.Object, uid types.UID) bool {
+	for _, ref := range m.GetOwnerReferences() {
+		if ref.UID == uid && ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
+			return true
+		}
+	}
+	return false
 }
 
 // orphanDependents serves an owner's orphan finalizer: every dependent loses its reference
 // to the owner, then the finalizer goes.
 func (gc *GarbageCollector) orphanDependents(ctx context.Context, item objectRef) error {
-	obj, m := gc.cached(item)
-	if m == nil || m.GetDeletionTimestamp() == nil || !hasFinalizer(m, metav1.FinalizerOrphanDependents) {
+	owner := gc.cached(item)
+	if owner == nil || owner.DeletionTimestamp == nil || !hasFinalizer(owner, metav1.FinalizerOrphanDependents) {
 		return nil
 	}
 	drop := map[types.UID]bool{item.uid: true}
@@ -204,17 +225,16 @@ func (gc *GarbageCollector) orphanDependents(ctx context.Context, item objectRef
 		return err
 	}
 	for _, d := range live {
-		depObj := d.live
-		if err := gc.updateObject(ctx, d.ref, depObj, func(m metav1.Object) bool {
+		if err := gc.patchMetadata(ctx, d.ref, d.obj, func(m metav1.Object) bool {
 			return removeOwnerRefs(m, drop)
 		}); err != nil {
-			return fmt.Errorf("orphaning %s %s: %w", gc.resources[d.ref.res].name, d.ref.key(), err)
+			return fmt.Errorf("orphaning %s %s: %w", d.ref.resource.GroupResource(), d.ref.key(), err)
 		}
 		gc.orphaned.Inc()
 	}
-	gc.logger.Debug("dependents orphaned; removing finalizer", "resource", gc.resources[item.res].name,
+	gc.logger.Debug("dependents orphaned; removing finalizer", "resource", item.resource.GroupResource().String(),
 		"object", item.key(), "finalizer", metav1.FinalizerOrphanDependents)
-	return gc.updateObject(ctx, item, obj, func(m metav1.Object) bool {
+	return gc.patchMetadata(ctx, item, owner, func(m metav1.Object) bool {
 		return removeFinalizer(m, metav1.FinalizerOrphanDependents)
 	})
 }
@@ -229,41 +249,44 @@ const (
 
 // classifyOwner decides what ref's owner is. The cache can say "present" but never "absent":
 // an owner created a moment ago may not have reached the informer, so absence is confirmed
-// with a live GET (and remembered, as UIDs are never reused).
+// with a live GET (and remembered, as UIDs are never reused). An owner that cannot be read
+// is never taken for absent: a kind discovery does not list (a custom resource whose CRD is
+// not served yet) parks the dependent until the kind appears, and a namespaced owner of a
+// cluster-scoped object is an invalid reference that is left alone, as kube's collector does.
 func (gc *GarbageCollector) classifyOwner(ctx context.Context, item objectRef, ref metav1.OwnerReference) (ownerState, error) {
-	ownerRes := gc.resourceFor(ref)
-	if ownerRes < 0 {
-		return ownerSolid, nil // a kind the collector does not serve is never judged
-	}
 	if gc.knownAbsent(ref.UID) {
 		return ownerDangling, nil
 	}
-	owner := metav1.Object(nil)
-	if _, cached := gc.cachedOwner(item.res, item.namespace, ref); cached != nil {
+	gk := groupKindOf(ref)
+	res, ok := gc.kindFor(gk)
+	if !ok {
+		gc.park(item, gk)
+		return ownerSolid, nil
+	}
+	if res.namespaced && item.namespace == "" {
+		return ownerSolid, nil
+	}
+	var owner metav1.Object
+	if _, cached := gc.cachedOwner(item.namespace, ref); cached != nil {
 		owner = cached
 	} else {
-		r := gc.resources[ownerRes]
 		ns := ""
-		if r.namespaced {
+		if res.namespaced {
 			ns = item.namespace
 		}
-		obj, err := r.get(ctx, ns, ref.Name)
+		live, err := gc.get(ctx, res.gvr, ns, ref.Name)
 		switch {
 		case apierrors.IsNotFound(err):
 			gc.markAbsent(ref.UID)
 			return ownerDangling, nil
 		case err != nil:
-			return ownerSolid, fmt.Errorf("getting owner %s %s: %w", r.kind, ref.Name, err)
+			return ownerSolid, fmt.Errorf("getting owner %s %s: %w", res.kind, ref.Name, err)
 		}
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return ownerSolid, err
-		}
-		if m.GetUID() != ref.UID {
+		if live.UID != ref.UID {
 			gc.markAbsent(ref.UID)
 			return ownerDangling, nil
 		}
-		owner = m
+		owner = live
 	}
 	if owner.GetDeletionTimestamp() != nil && hasFinalizer(owner, metav1.FinalizerDeleteDependents) {
 		return ownerWaiting, nil
@@ -271,100 +294,55 @@ func (gc *GarbageCollector) classifyOwner(ctx context.Context, item objectRef, r
 	return ownerSolid, nil
 }
 
-// cached returns a deep copy of item's object from the informer cache, or nils when it is
-// gone or its UID differs.
-func (gc *GarbageCollector) cached(item objectRef) (runtime.Object, metav1.Object) {
-	obj, exists, err := gc.resources[item.res].informer.GetIndexer().GetByKey(item.key())
-	if err != nil || !exists {
-		return nil, nil
-	}
-	ro, ok := obj.(runtime.Object)
-	if !ok {
-		return nil, nil
-	}
-	ro = ro.DeepCopyObject()
-	m, err := meta.Accessor(ro)
-	if err != nil || m.GetUID() != item.uid {
-		return nil, nil
-	}
-	return ro, m
-}
-
-// updateObject applies mutate to obj and writes it; on a conflict it re-reads the object
-// live and tries again. mutate returns false when there is nothing to change.
-func (gc *GarbageCollector) updateObject(ctx context.Context, item objectRef, obj runtime.Object, mutate func(metav1.Object) bool) error {
-	r := gc.resources[item.res]
-	for attempt := 0; ; attempt++ {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return err
-		}
-		if m.GetUID() != item.uid || !mutate(m) {
-			return nil
-		}
-		err = r.update(ctx, obj)
-		switch {
-		case err == nil, apierrors.IsNotFound(err):
-			return nil
-		case !apierrors.IsConflict(err) || attempt+1 >= maxUpdateAttempts:
-			return fmt.Errorf("updating %s %s: %w", r.name, item.key(), err)
-		}
-		obj, err = r.get(ctx, item.namespace, item.name)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("re-reading %s %s: %w", r.name, item.key(), err)
-		}
-	}
-}
-
 // deleteObject deletes item with a UID precondition, so a new object that took the name is
 // never deleted in its place.
 func (gc *GarbageCollector) deleteObject(ctx context.Context, item objectRef, policy metav1.DeletionPropagation) error {
-	r := gc.resources[item.res]
 	uid := item.uid
-	err := r.delete(ctx, item.namespace, item.name, metav1.DeleteOptions{
+	err := gc.metadata.Resource(item.resource).Namespace(item.namespace).Delete(ctx, item.name, metav1.DeleteOptions{
 		Preconditions:     &metav1.Preconditions{UID: &uid},
 		PropagationPolicy: &policy,
 	})
 	switch {
 	case err == nil:
-		gc.deletions.WithLabelValues(r.name).Inc()
+		gc.deletions.WithLabelValues(item.resource.GroupResource().String()).Inc()
 		return nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return nil // already gone, or the name now belongs to another object
 	default:
-		return fmt.Errorf("deleting %s %s: %w", r.name, item.key(), err)
+		return fmt.Errorf("deleting %s %s: %w", item.resource.GroupResource(), item.key(), err)
 	}
 }
 
 // liveDependent is a dependent read live from the API server.
 type liveDependent struct {
-	dependent
-	live runtime.Object
+	ref objectRef
+	obj *metav1.PartialObjectMetadata
 }
 
-// liveDependents lists, straight from the API server, the objects in the owner's namespace
-// of every served resource that name the owner. Only the irreversible decisions use it.
+// liveDependents lists, straight from the API server, the objects that name the owner: those
+// of every watched namespaced resource in a namespaced owner's namespace (dependents share
+// their owner's namespace), of every watched resource for a cluster-scoped owner. Only the
+// irreversible decisions use it.
 func (gc *GarbageCollector) liveDependents(ctx context.Context, owner objectRef) ([]liveDependent, error) {
+	gc.mu.RLock()
+	var resources []apiResource
+	for _, m := range gc.monitors {
+		if owner.namespace == "" || m.namespaced {
+			resources = append(resources, m.apiResource)
+		}
+	}
+	gc.mu.RUnlock()
 	var out []liveDependent
-	for i, r := range gc.resources {
-		if r.list == nil {
-			continue
-		}
-		objs, err := r.list(ctx, owner.namespace)
+	for _, r := range resources {
+		list, err := gc.metadata.Resource(r.gvr).Namespace(owner.namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("listing %s: %w", r.name, err)
+			return nil, fmt.Errorf("listing %s: %w", r.gvr.GroupResource(), err)
 		}
-		for _, obj := range objs {
-			m, err := meta.Accessor(obj)
-			if err != nil {
-				continue
-			}
-			for _, ref := range m.GetOwnerReferences() {
+		for i := range list.Items {
+			obj := &list.Items[i]
+			for _, ref := range obj.OwnerReferences {
 				if ref.UID == owner.uid {
-					out = append(out, liveDependent{dependent: dependent{ref: gc.ref(i, m), obj: m}, live: obj})
+					out = append(out, liveDependent{ref: refTo(r.gvr, obj), obj: obj})
 					break
 				}
 			}
@@ -383,9 +361,6 @@ func removeOwnerRefs(m metav1.Object, drop map[types.UID]bool) bool {
 	}
 	if len(kept) == len(refs) {
 		return false
-	}
-	if len(kept) == 0 {
-		kept = nil
 	}
 	m.SetOwnerReferences(kept)
 	return true
@@ -417,9 +392,6 @@ func removeFinalizer(m metav1.Object, finalizer string) bool {
 	}
 	if len(kept) == len(fs) {
 		return false
-	}
-	if len(kept) == 0 {
-		kept = nil
 	}
 	m.SetFinalizers(kept)
 	return true

@@ -11,9 +11,16 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/configs"
@@ -51,6 +58,9 @@ type RunOptions struct {
 type controller struct {
 	name string
 	run  func(context.Context)
+	// synced, when set, reports whether the controller's own informers (those outside the
+	// shared factory) have synced; readiness waits for it.
+	synced func() bool
 }
 
 // Run is `miniplane controller-manager`. It serves /healthz, /readyz and /metrics on
@@ -140,7 +150,7 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, opts Run
 		if !cfg.ControllerEnabled(name) {
 			continue
 		}
-		c, err := newController(name, cfg, factory, newClient, opts.Clock, logger.With("controller", name), reg)
+		c, err := newController(name, cfg, factory, newClient, opts, logger.With("controller", name), reg)
 		if err != nil {
 			return fmt.Errorf("controller %s: %w", name, err)
 		}
@@ -148,15 +158,22 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, opts Run
 	}
 	factory.Start(ctx.Done())
 	var wg sync.WaitGroup
+	var ownSynced []cache.InformerSynced
 	for _, c := range controllers {
 		logger.Info("starting controller", "controller", c.name)
 		wg.Go(func() { c.run(ctx) })
+		if c.synced != nil {
+			ownSynced = append(ownSynced, c.synced)
+		}
 	}
 	wg.Go(func() {
 		for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
 			if !ok {
 				return
 			}
+		}
+		if !cache.WaitForCacheSync(ctx.Done(), ownSynced...) {
+			return
 		}
 		synced.Store(true)
 	})
@@ -166,8 +183,9 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, opts Run
 
 // newController builds one controller by name, from its section of cfg, with its own client.
 func newController(name string, cfg configs.ControllerManager, factory informers.SharedInformerFactory,
-	newClient func(string) (kubernetes.Interface, error), clk clock.WithTicker, logger *slog.Logger,
+	newClient func(string) (kubernetes.Interface, error), opts RunOptions, logger *slog.Logger,
 	reg prometheus.Registerer) (controller, error) {
+	clk := opts.Clock
 	switch name {
 	case configs.ControllerDaemonSet:
 		client, err := newClient(userAgentDaemonSet)
@@ -186,13 +204,22 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 		}
 		return controller{name: name, run: c.Run}, nil
 	case configs.ControllerGarbageCollector:
-		client, err := newClient(garbagecollector.UserAgent)
+		restConfig, err := component.ClientConfig(opts.RestConfig, garbagecollector.UserAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 		if err != nil {
 			return controller{}, err
 		}
+		metadataClient, err := metadata.NewForConfig(restConfig)
+		if err != nil {
+			return controller{}, fmt.Errorf("metadata client: %w", err)
+		}
+		discoveryClient, err := discovery.NewDiscoveryClientForConfig(restConfig)
+		if err != nil {
+			return controller{}, fmt.Errorf("discovery client: %w", err)
+		}
 		gc, err := garbagecollector.New(cfg.GarbageCollector, garbagecollector.Options{
-			Client:     client,
-			Informers:  factory,
+			Metadata:   metadataClient,
+			Discovery:  discoveryClient,
+			Shared:     sharedWithGC(cfg, factory),
 			Clock:      clk,
 			Logger:     logger,
 			Registerer: reg,
@@ -200,7 +227,7 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 		if err != nil {
 			return controller{}, err
 		}
-		return controller{name: name, run: func(ctx context.Context) { _ = gc.Run(ctx) }}, nil
+		return controller{name: name, run: func(ctx context.Context) { _ = gc.Run(ctx) }, synced: gc.HasSynced}, nil
 	case configs.ControllerNodeLifecycle:
 		client, err := newClient(nodelifecycle.UserAgent)
 		if err != nil {
@@ -219,4 +246,42 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 		return controller{name: name, run: func(ctx context.Context) { _ = c.Run(ctx) }}, nil
 	}
 	return controller{}, fmt.Errorf("unknown controller %q", name)
+}
+
+// typedInformersOf lists, by controller, the resources whose typed informers that controller
+// takes from the shared factory.
+var typedInformersOf = map[string][]schema.GroupVersionResource{
+	configs.ControllerDaemonSet: {
+		appsv1.SchemeGroupVersion.WithResource("daemonsets"),
+		appsv1.SchemeGroupVersion.WithResource("controllerrevisions"),
+		corev1.SchemeGroupVersion.WithResource("pods"),
+		corev1.SchemeGroupVersion.WithResource("nodes"),
+	},
+	configs.ControllerNodeLifecycle: {
+		corev1.SchemeGroupVersion.WithResource("nodes"),
+		corev1.SchemeGroupVersion.WithResource("pods"),
+		coordinationv1.SchemeGroupVersion.WithResource("leases"),
+	},
+}
+
+// sharedWithGC returns the typed informers the enabled controllers take from factory, for
+// the garbage collector to watch those resources through instead of caching their objects
+// (thousands of pods, nodes and Leases in a large fleet) a second time as metadata. Only
+// resources some enabled controller uses are listed: asking the factory for any other
+// would create a typed informer just for the collector, which costs more than its own
+// metadata-only one. Were typedInformersOf to fall behind a controller, the cost would be
+// memory (an object cached twice), never a wrong decision.
+func sharedWithGC(cfg configs.ControllerManager, factory informers.SharedInformerFactory) map[schema.GroupVersionResource]cache.SharedIndexInformer {
+	shared := map[schema.GroupVersionResource]cache.SharedIndexInformer{}
+	for name, gvrs := range typedInformersOf {
+		if !cfg.ControllerEnabled(name) {
+			continue
+		}
+		for _, gvr := range gvrs {
+			if inf, err := factory.ForResource(gvr); err == nil {
+				shared[gvr] = inf.Informer()
+			}
+		}
+	}
+	return shared
 }

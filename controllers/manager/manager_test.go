@@ -6,9 +6,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"github.com/miniplane/miniplane/configs"
@@ -80,5 +85,44 @@ func TestHealthWhileInformersCannotSync(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancellation")
+	}
+}
+
+// The garbage collector is handed the typed informers of the enabled controllers only:
+// asking the factory for others would make it cache objects nobody else needs, typed.
+func TestSharedWithGC(t *testing.T) {
+	all := []string{"controllerrevisions", "daemonsets", "leases", "nodes", "pods"}
+	tests := []struct {
+		controllers []string
+		want        []string
+	}{
+		{controllers: []string{"*"}, want: all},
+		{controllers: []string{"garbagecollector"}, want: nil},
+		{controllers: []string{"garbagecollector", "nodelifecycle"}, want: []string{"leases", "nodes", "pods"}},
+		{controllers: []string{"*", "-nodelifecycle"}, want: []string{"controllerrevisions", "daemonsets", "nodes", "pods"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.controllers, ","), func(t *testing.T) {
+			cfg := configs.DefaultControllerManager()
+			cfg.Controllers = tt.controllers
+			factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+			var got []string
+			for gvr, inf := range sharedWithGC(cfg, factory) {
+				if inf == nil {
+					t.Fatalf("%s: nil informer", gvr)
+				}
+				got = append(got, gvr.Resource)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("shared = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// They are the factory's own informers, those the other controllers get: the same cache.
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	shared := sharedWithGC(configs.DefaultControllerManager(), factory)
+	if shared[corev1.SchemeGroupVersion.WithResource("pods")].GetIndexer() != factory.Core().V1().Pods().Informer().GetIndexer() {
+		t.Fatal("the shared pod informer is not the factory's")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -33,14 +34,16 @@ import (
 )
 
 var (
-	flagNodes      = flag.String("bench.nodes", "1000,5000", "comma-separated fleet sizes of BenchmarkDaemonSetRollout")
-	flagFsync      = flag.Bool("bench.fsync", true, "run etcd with fsync, as `miniplane up` does (false: as tests do)")
-	flagQPS        = flag.Float64("bench.kube-api-qps", 0, "override the controller-manager's client QPS (burst twice that); 0 keeps the default")
-	flagBurst      = flag.Int("bench.burst-replicas", 0, "override the DaemonSet controller's burst-replicas (creates or deletes per sync); 0 keeps the default 250")
-	flagPodWorkers = flag.Int("bench.pod-workers", 0, "override the stub fleet's pod workers (kubeletstub pod-workers); 0 keeps the default")
-	flagLogLevel   = flag.String("bench.log-level", "", "print the components' logs from this level on (debug, info, warn, error); empty prints none")
-	flagProfile    = flag.String("bench.cpuprofile", "", "write a CPU profile of the measured phases (rollout and rolling update, not start-up) to this file; the fleet size is inserted before the extension")
-	flagTimeline   = flag.Bool("bench.timeline", false, "print pod counts every sampleEvery during each phase")
+	flagNodes       = flag.String("bench.nodes", "1000,5000", "comma-separated fleet sizes of BenchmarkDaemonSetRollout")
+	flagFsync       = flag.Bool("bench.fsync", true, "run etcd with fsync, as `miniplane up` does (false: as tests do)")
+	flagQPS         = flag.Float64("bench.kube-api-qps", 0, "override the controller-manager's client QPS (burst twice that); 0 keeps the default")
+	flagBurst       = flag.Int("bench.burst-replicas", 0, "override the DaemonSet controller's burst-replicas (creates or deletes per sync); 0 keeps the default 250")
+	flagPodWorkers  = flag.Int("bench.pod-workers", 0, "override the stub fleet's pod workers (kubeletstub pod-workers); 0 keeps the default")
+	flagLogLevel    = flag.String("bench.log-level", "", "print the components' logs from this level on (debug, info, warn, error); empty prints none")
+	flagProfile     = flag.String("bench.cpuprofile", "", "write a CPU profile of the measured phases (rollout and rolling update, not start-up) to this file; the fleet size is inserted before the extension")
+	flagMemProfile  = flag.String("bench.memprofile", "", "write a heap profile (live objects, sampled every 64 KiB) when the heap is measured to this file; the fleet size is inserted before the extension. `go tool pprof -sample_index=inuse_space -focus=garbagecollector` then shows what one component holds")
+	flagTimeline    = flag.Bool("bench.timeline", false, "print pod counts every sampleEvery during each phase")
+	flagControllers = flag.String("bench.controllers", "", "override the controller-manager's --controllers (e.g. \"*,-garbagecollector\" to see what the garbage collector costs); empty keeps the default")
 )
 
 // Benchmark parameters.
@@ -53,6 +56,10 @@ const (
 	etcdValueSize = 1024
 	// idleFor is how long the idle fleet's CPU use is measured.
 	idleFor = 2 * time.Second
+	// settleFor is how long the control plane runs on after the rolling update before the
+	// heap is measured, so that event queues and watch buffers still draining the last
+	// status updates (longer on a busy machine) do not count.
+	settleFor = 2 * time.Second
 	// pollEvery is how often the DaemonSet's status is read.
 	pollEvery = 10 * time.Millisecond
 	// sampleEvery spaces the timeline's samples.
@@ -76,6 +83,11 @@ type rolloutResult struct {
 	// idleCores is the CPU the fleet uses with nothing to roll out (heartbeats and Lease
 	// renewals of every node, and the controllers watching them), in cores.
 	idleCores float64
+	// heap is the live Go heap of the whole process (etcd, API server and its watch cache,
+	// every controller's informers, the fleet) settleFor after the rolling update, measured
+	// after a forced collection so that it does not depend on when the runtime last
+	// collected.
+	heap uint64
 }
 
 // createRate is the pods created per second over the initial rollout.
@@ -116,6 +128,7 @@ func BenchmarkDaemonSetRollout(b *testing.B) {
 			b.ReportMetric(last.etcdWrites, "etcd-puts/s")
 			b.ReportMetric(last.readyCPU.Seconds(), "cpu-s-ready")
 			b.ReportMetric(last.rollingCPU.Seconds(), "cpu-s-rolling")
+			b.ReportMetric(float64(last.heap)/(1<<20), "heap-MiB")
 			results = append(results, last)
 		})
 	}
@@ -138,6 +151,14 @@ func runRollout(b *testing.B, n int) rolloutResult {
 	}
 	if *flagPodWorkers > 0 {
 		cfg.KubeletStub.PodWorkers = *flagPodWorkers
+	}
+	if *flagControllers != "" {
+		cfg.ControllerManager.Controllers = strings.Split(*flagControllers, ",")
+	}
+	if *flagMemProfile != "" {
+		// Finer than the default 512 KiB, so that a component's share of the heap is
+		// sampled well enough to compare builds; set before the control plane allocates.
+		runtime.MemProfileRate = 64 << 10
 	}
 	var level slog.Level
 	out := io.Discard
@@ -218,6 +239,9 @@ func runRollout(b *testing.B, n int) rolloutResult {
 	res.rollingCPU = processCPU() - cpu1
 	b.StopTimer()
 	stopProfile()
+	time.Sleep(settleFor)
+	res.heap = liveHeap()
+	writeHeapProfile(b, n)
 	if *flagTimeline {
 		pods.mu.Lock()
 		printTimeline(os.Stdout, fmt.Sprintf("\nnodes=%d: initial rollout", n), created, updated, pods.samples, "ready")
@@ -251,6 +275,30 @@ func startProfile(b *testing.B, n int) (stop func()) {
 			}
 		})
 	}
+}
+
+// writeHeapProfile writes the heap profile of -bench.memprofile, if set, for fleet size n.
+func writeHeapProfile(b *testing.B, n int) {
+	if *flagMemProfile == "" {
+		return
+	}
+	ext := filepath.Ext(*flagMemProfile)
+	f, err := os.Create(fmt.Sprintf("%s-%d%s", strings.TrimSuffix(*flagMemProfile, ext), n, ext))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// liveHeap is the bytes of live heap objects after a forced collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 // processCPU is the user and system CPU time this process has used.
@@ -488,17 +536,17 @@ func printTable(w io.Writer, results []rolloutResult) {
 		fsync = "off"
 	}
 	fmt.Fprintf(w, "\nDaemonSet rollout (etcd fsync %s)\n", fsync)
-	fmt.Fprintf(w, "%7s %9s %11s %12s %10s %9s %13s %9s %13s %11s %9s %10s %12s\n",
+	fmt.Fprintf(w, "%7s %9s %11s %12s %10s %9s %13s %9s %13s %11s %9s %10s %12s %9s\n",
 		"nodes", "startup", "idle cores", "etcd puts/s", "first pod", "pods/s", "all created", "ready", "target ready", "rolling 10%", "target",
-		"ready cpu", "rolling cpu")
+		"ready cpu", "rolling cpu", "heap MiB")
 	for _, r := range results {
 		tr, trr := "-", "-"
 		if t, ok := targets[r.nodes]; ok {
 			tr, trr = fmtDur(t.ready), fmtDur(t.rolling)
 		}
-		fmt.Fprintf(w, "%7d %9s %11.2f %12.0f %10s %9.0f %13s %9s %13s %11s %9s %10s %12s\n",
+		fmt.Fprintf(w, "%7d %9s %11.2f %12.0f %10s %9.0f %13s %9s %13s %11s %9s %10s %12s %9.1f\n",
 			r.nodes, fmtDur(r.startup), r.idleCores, r.etcdWrites, fmtDur(r.firstPod), r.createRate(), fmtDur(r.allCreated),
-			fmtDur(r.ready), tr, fmtDur(r.rollingUpdate), trr, fmtDur(r.readyCPU), fmtDur(r.rollingCPU))
+			fmtDur(r.ready), tr, fmtDur(r.rollingUpdate), trr, fmtDur(r.readyCPU), fmtDur(r.rollingCPU), float64(r.heap)/(1<<20))
 	}
 	fmt.Fprintln(w)
 }
