@@ -328,23 +328,23 @@ func TestOpenAPIDocsRebuild(t *testing.T) {
 	if d.v2Spec != first {
 		t.Fatal("the documents were rebuilt without a registry change")
 	}
-	const path = "/api/v1/namespaces/{namespace}/podtemplates/{name}"
+	const path = "/api/v1/namespaces/{namespace}/replicationcontrollers/{name}"
 	if _, ok := first.Paths.Paths[path]; ok {
-		t.Fatal("podtemplates described before they are registered")
+		t.Fatal("replicationcontrollers described before they are registered")
 	}
-	if err := reg.register(podTemplateResource()); err != nil {
+	if err := reg.register(replicationControllerResource()); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.sync(); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := d.v2Spec.Paths.Paths[path]; !ok {
-		t.Fatal("v2 lacks podtemplates after they were registered")
+		t.Fatal("v2 lacks replicationcontrollers after they were registered")
 	}
 	if p := d.v3Docs["api/v1"].Paths.Paths[path]; p == nil || p.Patch == nil {
-		t.Fatal("v3 lacks podtemplates after they were registered")
+		t.Fatal("v3 lacks replicationcontrollers after they were registered")
 	}
-	if d.v3Docs["api/v1"].Components.Schemas["io.k8s.api.core.v1.PodTemplate"] == nil {
-		t.Fatal("v3 lacks the PodTemplate schema")
+	if d.v3Docs["api/v1"].Components.Schemas["io.k8s.api.core.v1.ReplicationController"] == nil {
+		t.Fatal("v3 lacks the ReplicationController schema")
 	}
 }

@@ -341,6 +341,7 @@ func coreResources(deps builtinDeps) []*resource {
 	newEp, newEpList := listOf[corev1.Endpoints, corev1.EndpointsList]()
 	newRQ, newRQList := listOf[corev1.ResourceQuota, corev1.ResourceQuotaList]()
 	newLR, newLRList := listOf[corev1.LimitRange, corev1.LimitRangeList]()
+	newPT, newPTList := listOf[corev1.PodTemplate, corev1.PodTemplateList]()
 	return append(out,
 		&resource{version: "v1", name: "configmaps", kind: "ConfigMap", singular: "configmap", namespaced: true,
 			shortNames: []string{"cm"}, newFunc: newCM, newListFunc: newCMList, strategy: configMapRules},
@@ -358,6 +359,8 @@ func coreResources(deps builtinDeps) []*resource {
 			newFunc: newRQ, newListFunc: newRQList, strategy: quotaStrategy{kindRules: resourceQuotaRules, tracker: deps.quota}},
 		&resource{version: "v1", name: "limitranges", kind: "LimitRange", singular: "limitrange", namespaced: true,
 			shortNames: []string{"limits"}, newFunc: newLR, newListFunc: newLRList, strategy: limitRangeRules},
+		&resource{version: "v1", name: "podtemplates", kind: "PodTemplate", singular: "podtemplate", namespaced: true,
+			newFunc: newPT, newListFunc: newPTList, strategy: podTemplateRules},
 	)
 }
 

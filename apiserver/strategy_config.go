@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -249,4 +251,22 @@ func sortedResourceNames(l corev1.ResourceList) []corev1.ResourceName {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+// podTemplateRules: a pod template is stored with the pod spec's defaults and validation.
+var podTemplateRules = kindRules[*corev1.PodTemplate]{
+	defaults: func(pt *corev1.PodTemplate) { defaultPodSpec(&pt.Template.Spec) },
+	check: func(pt *corev1.PodTemplate) field.ErrorList {
+		p := field.NewPath("template")
+		errs := metav1validation.ValidateLabels(pt.Template.Labels, p.Child("metadata", "labels"))
+		return append(errs, validatePodSpec(&pt.Template.Spec, p.Child("spec"))...)
+	},
+	columns: []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "Containers", Type: "string", Description: "Names of each container in the template."},
+		{Name: "Images", Type: "string", Description: "Images referenced by each container in the template."},
+		{Name: "Pod Labels", Type: "string", Description: "The labels for the pod template."}},
+	row: func(pt *corev1.PodTemplate, _ time.Time) []any {
+		names, images := containersAndImages(&pt.Template.Spec)
+		return []any{pt.Name, names, images, labels.FormatLabels(pt.Template.Labels)}
+	},
 }
