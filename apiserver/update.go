@@ -196,6 +196,10 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 		if err := c.s.prepareUpdate(res, next, cur, status, c.info.name, c.s.clock.Now()); err != nil {
 			return nil, err
 		}
+		if err := c.s.admit(ctx, &admission{op: opUpdate, res: res, obj: next, old: cur,
+			namespace: c.info.namespace, name: c.info.name, dryRun: dryRun}, validating); err != nil {
+			return nil, err
+		}
 		last = next
 		if deletionComplete(res, next) && !dryRun {
 			removed = true

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -29,6 +31,27 @@ const (
 	userAgentDaemonSet      = "daemon-set-controller"
 	userAgentLeaderElection = "leader-election"
 )
+
+// controllerServiceAccounts name the ServiceAccount in kube-system each controller acts
+// as with --use-service-account-credentials, by the controller's user agent: upstream's
+// names, which the API server's bootstrap policy binds to the roles
+// system:controller:<name>.
+var controllerServiceAccounts = map[string]string{
+	userAgentDaemonSet:         "daemon-set-controller",
+	garbagecollector.UserAgent: "generic-garbage-collector",
+	nodelifecycle.UserAgent:    "node-controller",
+}
+
+// ControllerServiceAccounts are the ServiceAccounts in kube-system the controllers act
+// as, for checks that the bootstrap policy binds a role to each.
+func ControllerServiceAccounts() []string {
+	var out []string
+	for _, sa := range controllerServiceAccounts {
+		out = append(out, sa)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // RunOptions are Run's dependencies. RestConfig is required.
 type RunOptions struct {
@@ -125,12 +148,25 @@ func Run(ctx context.Context, cfg configs.ControllerManager, opts RunOptions) er
 // and returns when ctx is cancelled and they have stopped.
 func runControllers(ctx context.Context, cfg configs.ControllerManager, opts RunOptions,
 	logger *slog.Logger, reg prometheus.Registerer, synced *atomic.Bool) error {
-	newClient := func(userAgent string) (kubernetes.Interface, error) {
+	own := func(userAgent string) (kubernetes.Interface, error) {
 		return component.NewClient(opts.RestConfig, userAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	}
-	informerClient, err := newClient(userAgentInformers)
+	// The shared informers list and watch with the controller-manager's own identity;
+	// each controller writes as its own ServiceAccount when so configured.
+	informerClient, err := own(userAgentInformers)
 	if err != nil {
 		return err
+	}
+	newClient := func(userAgent string) (kubernetes.Interface, error) {
+		if !cfg.UseServiceAccountCredentials {
+			return own(userAgent)
+		}
+		sa, ok := controllerServiceAccounts[userAgent]
+		if !ok {
+			return nil, fmt.Errorf("no service account for %s", userAgent)
+		}
+		return component.NewClient(component.ServiceAccountConfig(informerClient, opts.RestConfig, metav1.NamespaceSystem, sa),
+			userAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	}
 	factory := informers.NewSharedInformerFactory(informerClient, 0)
 	defer factory.Shutdown()
