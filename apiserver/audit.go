@@ -185,9 +185,9 @@ func (l *auditLog) event(r *http.Request, st *requestState, rec *auditRecorder, 
 	case st.user != nil:
 		ev.User = userInfo(st.user)
 	}
-	if st.resource != "" {
-		ev.ObjectRef = &auditv1.ObjectReference{Resource: st.resource, Subresource: st.subresource, Namespace: st.namespace,
-			Name: st.name, APIGroup: st.group, APIVersion: st.version}
+	if i := st.info; i != nil {
+		ev.ObjectRef = &auditv1.ObjectReference{Resource: i.res.name, Subresource: i.subresource, Namespace: i.namespace,
+			Name: i.name, APIGroup: i.res.group, APIVersion: i.res.version}
 	}
 	if code >= 400 {
 		var status metav1.Status
@@ -215,9 +215,18 @@ func (l *auditLog) write(ev *auditv1.Event) {
 	_, _ = l.w.Write(data)
 }
 
-// jsonUnknown is a body as an event holds it: JSON, or YAML turned into JSON; nil for
-// what is neither (protobuf).
+// jsonUnknown is a body as an event holds it: JSON, or YAML or protobuf turned into JSON;
+// nil for what is none of them.
 func jsonUnknown(body []byte) *runtime.Unknown {
+	if bytes.HasPrefix(body, protobufMagic) {
+		obj, _, err := protobufSerializer.Decode(body, nil, nil)
+		if err != nil {
+			return nil
+		}
+		if body, err = json.Marshal(obj); err != nil {
+			return nil
+		}
+	}
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil

@@ -41,7 +41,7 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	}
 	st := stateFrom(r.Context())
 	st.verb, st.resource, st.subresource = info.verb, info.res.name, info.subresource
-	st.group, st.version, st.namespace, st.name = info.res.group, info.res.version, info.namespace, info.name
+	st.info = info
 	c := &call{s: s, w: w, r: r, info: info, user: st.user}
 	decision, reason := s.authorize(c.user, c.attributes())
 	st.decision, st.reason = decisionAnnotation(decision), reason

@@ -23,10 +23,11 @@ type requestState struct {
 	// (impersonation).
 	user, authenticated *auth.User
 	verb                string
-	group, version      string
 	resource            string
 	subresource         string
-	namespace, name     string
+	// info is the resource request, when it is one (the audit log reads the name a
+	// create learns from its body).
+	info *requestInfo
 	// decision and reason are the authorizer's answer, for the audit log.
 	decision, reason string
 }

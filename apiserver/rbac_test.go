@@ -510,4 +510,3 @@ func TestAccessReviews(t *testing.T) {
 		t.Errorf("a token for the API server authenticated for vault: %+v", tr.Status)
 	}
 }
-

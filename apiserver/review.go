@@ -208,9 +208,12 @@ func (s *Server) serveReview(api reviewAPI) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		namespace := mux.Vars(r)["namespace"]
 		st := stateFrom(r.Context())
-		st.verb, st.group, st.version, st.resource, st.namespace = "create", api.group, api.version, api.resource, namespace
+		st.verb, st.resource = "create", api.resource
 		gr := schema.GroupResource{Group: api.group, Resource: api.resource}
 		c := &call{s: s, w: w, r: r, user: st.user}
+		c.info = &requestInfo{verb: "create", namespace: namespace,
+			res: &resource{group: api.group, version: api.version, name: api.resource, kind: api.kind, namespaced: api.namespaced}}
+		st.info = c.info
 		a := auth.Attributes{Verb: "create", Group: api.group, Resource: api.resource, Namespace: namespace}
 		d, reason := s.authorize(st.user, a)
 		st.decision, st.reason = decisionAnnotation(d), reason
@@ -224,8 +227,6 @@ func (s *Server) serveReview(api reviewAPI) http.HandlerFunc {
 			return
 		}
 		c.out.kind = outputObject // reviews have no table form
-		c.info = &requestInfo{verb: "create", namespace: namespace,
-			res: &resource{group: api.group, version: api.version, name: api.resource, kind: api.kind, namespaced: api.namespaced}}
 		data, err := c.readBody()
 		if err != nil {
 			writeError(w, r, err, gr, "")
