@@ -35,13 +35,14 @@ func isRBACResource(gr schema.GroupResource) bool {
 
 // rbacAuthorizer serves the current RBAC snapshot.
 type rbacAuthorizer struct {
-	s *Server
+	// newPolicy builds a snapshot from what the caches hold.
+	newPolicy func() *auth.Policy
 	// changes counts changes to RBAC objects seen by the caches; a snapshot built after
 	// reading changes == n reflects at least every change up to n.
 	changes atomic.Uint64
 	current atomic.Pointer[policySnapshot]
 	// build serializes rebuilds, so that a burst of requests after a change builds once.
-	build sync.Mutex
+	buildMu sync.Mutex
 	// rebuilds counts snapshots built, for tests and metrics.
 	rebuilds atomic.Uint64
 }
@@ -66,13 +67,13 @@ func (z *rbacAuthorizer) policy() *auth.Policy {
 	if p := z.current.Load(); p != nil && p.changes >= want {
 		return p.policy
 	}
-	z.build.Lock()
-	defer z.build.Unlock()
+	z.buildMu.Lock()
+	defer z.buildMu.Unlock()
 	want = z.changes.Load()
 	if p := z.current.Load(); p != nil && p.changes >= want {
 		return p.policy
 	}
-	p := &policySnapshot{policy: z.s.buildPolicy(), changes: want}
+	p := &policySnapshot{policy: z.newPolicy(), changes: want}
 	z.current.Store(p)
 	z.rebuilds.Add(1)
 	return p.policy

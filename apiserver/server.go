@@ -112,7 +112,7 @@ func New(opts Options) (*Server, error) {
 		done:     make(chan struct{}),
 		errs:     make(chan error, 4),
 	}
-	s.rbac = &rbacAuthorizer{s: s}
+	s.rbac = &rbacAuthorizer{newPolicy: s.buildPolicy}
 	s.authz = s.newAuthorizer()
 	s.aggregator = newRoleAggregator(s)
 	if err := s.loadServiceAccountKey(); err != nil {
