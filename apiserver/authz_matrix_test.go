@@ -148,9 +148,14 @@ type matrixCase struct {
 // objects, another namespace, paths outside the resource tree — each get the status the
 // bootstrap policy (upstream's, for the roles miniplane shares) gives them. Writes are dry
 // runs, so that every identity asks about the same objects.
+//
+// The test runs on its own, not in parallel: its servers are many, and TestOverload
+// measures the process's heap. Its subtests use the same server for the refusal messages
+// and the access reviews.
 func TestAuthorizationMatrix(t *testing.T) {
-	t.Parallel()
 	m := newMatrixEnv(t)
+	t.Run("refusals", func(t *testing.T) { testForbiddenMessage(t, m) })
+	t.Run("access reviews", func(t *testing.T) { testAccessReviews(t, m) })
 	all := []string{idAdmin, idViewer, idNode, idFleet, idCM, idScheduler, idDSCtl, idReader, idViewSA}
 	pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"new"},"spec":{"containers":[{"name":"c","image":"registry.example/app:1"}]}}`
 	impersonateReader := map[string]string{"Impersonate-User": "system:serviceaccount:team:reader"}
@@ -249,11 +254,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 }
 
-// TestForbiddenMessage: a refusal reads as kube-apiserver's, the same whether the object
+// testForbiddenMessage: a refusal reads as kube-apiserver's, the same whether the object
 // exists or not.
-func TestForbiddenMessage(t *testing.T) {
-	t.Parallel()
-	m := newMatrixEnv(t)
+func testForbiddenMessage(t *testing.T, m *matrixEnv) {
 	tests := []struct {
 		path, want string
 	}{

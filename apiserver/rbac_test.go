@@ -23,12 +23,14 @@ import (
 	"github.com/miniplane/miniplane/test/testenv"
 )
 
+// The RBAC tests run one at a time, not in parallel with the package's other tests: each
+// starts a server, and TestOverload measures the heap of the whole process.
+
 // TestServiceAccountTokenWithKubectl is the issue's "done when": a ServiceAccount, a Role
 // and a RoleBinding made with kubectl give a token (`kubectl create token`) that lists pods
 // in its namespace and nothing else; `kubectl auth can-i --list --as=…` lists its rules;
 // the viewer cannot impersonate.
 func TestServiceAccountTokenWithKubectl(t *testing.T) {
-	t.Parallel()
 	env := newEnv(t)
 	k := newKubectl(t, env)
 	k.run("create", "namespace", "ns")
@@ -120,7 +122,6 @@ func TestServiceAccountTokenWithKubectl(t *testing.T) {
 // TestRBACChangesTakeEffectAtOnce: a binding, a role's rules and a deletion change what a
 // user may do within a second, without a restart.
 func TestRBACChangesTakeEffectAtOnce(t *testing.T) {
-	t.Parallel()
 	env := newEnv(t)
 	ctx := testCtx(t)
 	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, metav1.CreateOptions{})
@@ -182,7 +183,6 @@ func impersonating(t *testing.T, env *testenv.Env, user string, groups ...string
 // TestEscalationCheck: a user may grant only what it holds, unless it may escalate or
 // bind; an aggregationRule takes cluster-admin's powers.
 func TestEscalationCheck(t *testing.T) {
-	t.Parallel()
 	env := newEnv(t)
 	ctx := testCtx(t)
 	admin := env.Client
@@ -279,7 +279,6 @@ func TestEscalationCheck(t *testing.T) {
 // TestAggregatedClusterRoles: a ClusterRole labeled to aggregate into view reaches view,
 // edit and admin, and leaves them when it goes.
 func TestAggregatedClusterRoles(t *testing.T) {
-	t.Parallel()
 	env := newEnv(t)
 	ctx := testCtx(t)
 	widgets := rbacv1.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{"example.com"}, Resources: []string{"widgets"}}
@@ -390,7 +389,6 @@ func discoveryURLs(rules []rbacv1.PolicyRule) []string {
 // TestImpersonation: the Impersonate-* headers act as the user, groups, UID and extras
 // they name, each part authorized by the impersonate verb.
 func TestImpersonation(t *testing.T) {
-	t.Parallel()
 	env := newEnv(t)
 	ctx := testCtx(t)
 	cfg := rest.CopyConfig(env.AdminConfig)
@@ -453,11 +451,9 @@ func TestImpersonation(t *testing.T) {
 	}
 }
 
-// TestAccessReviews: SubjectAccessReview and LocalSubjectAccessReview answer for another
+// testAccessReviews: SubjectAccessReview and LocalSubjectAccessReview answer for another
 // user; TokenReview says whose a token is.
-func TestAccessReviews(t *testing.T) {
-	t.Parallel()
-	m := newMatrixEnv(t)
+func testAccessReviews(t *testing.T, m *matrixEnv) {
 	ctx := testCtx(t)
 	c := m.env.Client.AuthorizationV1()
 	lsar, err := c.LocalSubjectAccessReviews("team").Create(ctx, &authorizationv1.LocalSubjectAccessReview{

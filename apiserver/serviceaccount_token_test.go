@@ -25,11 +25,12 @@ import (
 	"github.com/miniplane/miniplane/test/testenv"
 )
 
+// These tests run one at a time, as the RBAC tests (see rbac_test.go).
+
 // TestTokenRequest: TokenRequest's rules — lifetime bounds, audiences, binding to a pod
 // (which must run as the ServiceAccount, and whose deletion ends the token), a recreated
 // ServiceAccount's old tokens.
 func TestTokenRequest(t *testing.T) {
-	t.Parallel()
 	env := newEnv(t)
 	ctx := testCtx(t)
 	c := env.Client
@@ -128,7 +129,6 @@ func impersonationFree(t *testing.T, env *testenv.Env, token string) (*authentic
 // TestServiceAccountIssuerDiscovery: the OpenID configuration names the issuer and the
 // JWKS, whose key verifies the tokens the server issues.
 func TestServiceAccountIssuerDiscovery(t *testing.T) {
-	t.Parallel()
 	env := newEnv(t)
 	ctx := testCtx(t)
 	raw := newRawClient(t, env)
@@ -176,7 +176,6 @@ func TestServiceAccountIssuerDiscovery(t *testing.T) {
 // TestInsecureListener: the opt-in plain-HTTP listener serves resources as an
 // administrator (it answered 401 to every resource request once).
 func TestInsecureListener(t *testing.T) {
-	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	check(t, err)
 	addr := ln.Addr().String()
@@ -204,7 +203,6 @@ func TestInsecureListener(t *testing.T) {
 // TestAuditLog: every write, allowed or refused, is one JSON line naming who did what,
 // impersonation included; reads are not logged.
 func TestAuditLog(t *testing.T) {
-	t.Parallel()
 	path := filepath.Join(t.TempDir(), "audit.log")
 	api := configs.DefaultAPIServer()
 	api.AuditLogPath, api.AuditLevel = path, configs.AuditLevelRequest
