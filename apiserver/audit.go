@@ -38,6 +38,7 @@ const auditBodyLimit = 1 << 20
 type auditLog struct {
 	mu    sync.Mutex
 	w     io.Writer
+	close func() error
 	level auditv1.Level
 	clock clock.Clock
 }
@@ -47,15 +48,14 @@ func newAuditLog(path, level string, clk clock.Clock) (*auditLog, error) {
 	if path == "" {
 		return nil, nil
 	}
-	var w io.Writer = os.Stdout
+	l := &auditLog{w: os.Stdout, close: func() error { return nil }, level: auditv1.LevelMetadata, clock: clk}
 	if path != "-" {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("audit log: %w", err)
 		}
-		w = f
+		l.w, l.close = f, f.Close
 	}
-	l := &auditLog{w: w, level: auditv1.LevelMetadata, clock: clk}
 	switch level {
 	case configs.AuditLevelRequest:
 		l.level = auditv1.LevelRequest
@@ -202,6 +202,17 @@ func (l *auditLog) event(r *http.Request, st *requestState, rec *auditRecorder, 
 		}
 	}
 	return ev
+}
+
+// stop closes the log once the server no longer serves.
+func (l *auditLog) stop() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.close()
+	l.w = io.Discard
 }
 
 func (l *auditLog) write(ev *auditv1.Event) {

@@ -316,6 +316,7 @@ func (s *Server) shutdown() {
 			_ = srv.Close()
 		}
 	}
+	s.audit.stop()
 	close(s.done)
 }
 

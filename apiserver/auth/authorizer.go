@@ -184,6 +184,7 @@ func NodeRules() []rbacv1.PolicyRule {
 	}
 }
 
+// rule is a resource rule over some API groups.
 func rule(verbs, groups []string, resources ...string) rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{Verbs: verbs, APIGroups: groups, Resources: resources}
 }

@@ -41,27 +41,24 @@ var (
 	allVerbsList   = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 )
 
-// r is a resource rule over some groups.
-func r(verbs []string, groups []string, resources ...string) rbacv1.PolicyRule {
-	return rbacv1.PolicyRule{Verbs: verbs, APIGroups: groups, Resources: resources}
-}
-
+// core is a rule over resources of the core group.
 func core(verbs []string, resources ...string) rbacv1.PolicyRule {
-	return r(verbs, []string{""}, resources...)
+	return rule(verbs, []string{""}, resources...)
 }
 
 func verbs(v ...string) []string { return v }
 
+// urls is a rule over paths outside the resource tree.
 func urls(verbs []string, paths ...string) rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{Verbs: verbs, NonResourceURLs: paths}
 }
 
 // eventsRule lets a component record events, in both event APIs.
 func eventsRule() rbacv1.PolicyRule {
-	return r(verbs("create", "update", "patch"), []string{"", "events.k8s.io"}, "events")
+	return rule(verbs("create", "update", "patch"), []string{"", "events.k8s.io"}, "events")
 }
 
-// aggregated labels a role into the aggregated role named to (admin, edit, view).
+// aggregateTo labels a role into the aggregated role named to (admin, edit, view).
 func aggregateTo(to string) map[string]string {
 	return map[string]string{"rbac.authorization.k8s.io/aggregate-to-" + to: "true"}
 }
@@ -79,15 +76,15 @@ func viewRules() []rbacv1.PolicyRule {
 		core(readVerbsList, "limitranges", "resourcequotas", "bindings", "pods/status", "resourcequotas/status",
 			"namespaces/status", "replicationcontrollers/status", "pods/log"),
 		core(readVerbsList, "namespaces"),
-		r(readVerbsList, []string{"", "events.k8s.io"}, "events"),
-		r(readVerbsList, []string{"discovery.k8s.io"}, "endpointslices"),
-		r(readVerbsList, []string{"apps"}, "controllerrevisions", "statefulsets", "statefulsets/status", "statefulsets/scale",
+		rule(readVerbsList, []string{"", "events.k8s.io"}, "events"),
+		rule(readVerbsList, []string{"discovery.k8s.io"}, "endpointslices"),
+		rule(readVerbsList, []string{"apps"}, "controllerrevisions", "statefulsets", "statefulsets/status", "statefulsets/scale",
 			"daemonsets", "daemonsets/status", "deployments", "deployments/status", "deployments/scale",
 			"replicasets", "replicasets/status", "replicasets/scale"),
-		r(readVerbsList, []string{"autoscaling"}, "horizontalpodautoscalers", "horizontalpodautoscalers/status"),
-		r(readVerbsList, []string{"batch"}, "jobs", "cronjobs", "cronjobs/status", "jobs/status"),
-		r(readVerbsList, []string{"policy"}, "poddisruptionbudgets", "poddisruptionbudgets/status"),
-		r(readVerbsList, []string{"networking.k8s.io"}, "networkpolicies", "ingresses", "ingresses/status"),
+		rule(readVerbsList, []string{"autoscaling"}, "horizontalpodautoscalers", "horizontalpodautoscalers/status"),
+		rule(readVerbsList, []string{"batch"}, "jobs", "cronjobs", "cronjobs/status", "jobs/status"),
+		rule(readVerbsList, []string{"policy"}, "poddisruptionbudgets", "poddisruptionbudgets/status"),
+		rule(readVerbsList, []string{"networking.k8s.io"}, "networkpolicies", "ingresses", "ingresses/status"),
 	}
 }
 
@@ -102,14 +99,14 @@ func editRules() []rbacv1.PolicyRule {
 		core(writeVerbsList, "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts",
 			"services", "services/proxy", "persistentvolumeclaims", "configmaps", "secrets"),
 		core(verbs("create"), "serviceaccounts/token"),
-		r(writeVerbsList, []string{"", "events.k8s.io"}, "events"),
-		r(writeVerbsList, []string{"apps"}, "statefulsets", "statefulsets/scale", "daemonsets",
+		rule(writeVerbsList, []string{"", "events.k8s.io"}, "events"),
+		rule(writeVerbsList, []string{"apps"}, "statefulsets", "statefulsets/scale", "daemonsets",
 			"deployments", "deployments/scale", "deployments/rollback", "replicasets", "replicasets/scale"),
-		r(writeVerbsList, []string{"autoscaling"}, "horizontalpodautoscalers"),
-		r(writeVerbsList, []string{"batch"}, "jobs", "cronjobs"),
-		r(writeVerbsList, []string{"policy"}, "poddisruptionbudgets"),
-		r(writeVerbsList, []string{"networking.k8s.io"}, "networkpolicies", "ingresses"),
-		r(allVerbsList, []string{"coordination.k8s.io"}, "leases"),
+		rule(writeVerbsList, []string{"autoscaling"}, "horizontalpodautoscalers"),
+		rule(writeVerbsList, []string{"batch"}, "jobs", "cronjobs"),
+		rule(writeVerbsList, []string{"policy"}, "poddisruptionbudgets"),
+		rule(writeVerbsList, []string{"networking.k8s.io"}, "networkpolicies", "ingresses"),
+		rule(allVerbsList, []string{"coordination.k8s.io"}, "leases"),
 	}
 }
 
@@ -120,7 +117,7 @@ func BootstrapClusterRoles() []rbacv1.ClusterRole {
 	readOnly := readVerbsList
 	roles := []rbacv1.ClusterRole{
 		{ObjectMeta: metav1.ObjectMeta{Name: "cluster-admin"}, Rules: []rbacv1.PolicyRule{
-			r(verbs("*"), []string{"*"}, "*"),
+			rule(verbs("*"), []string{"*"}, "*"),
 			urls(verbs("*"), "*"),
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:discovery"}, Rules: []rbacv1.PolicyRule{
@@ -131,8 +128,8 @@ func BootstrapClusterRoles() []rbacv1.ClusterRole {
 			urls(verbs("get"), "/metrics", "/metrics/slis", "/livez", "/readyz", "/healthz", "/livez/*", "/readyz/*", "/healthz/*"),
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:basic-user"}, Rules: []rbacv1.PolicyRule{
-			r(verbs("create"), []string{"authorization.k8s.io"}, "selfsubjectaccessreviews", "selfsubjectrulesreviews"),
-			r(verbs("create"), []string{"authentication.k8s.io"}, "selfsubjectreviews"),
+			rule(verbs("create"), []string{"authorization.k8s.io"}, "selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+			rule(verbs("create"), []string{"authentication.k8s.io"}, "selfsubjectreviews"),
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:public-info-viewer"}, Rules: []rbacv1.PolicyRule{
 			urls(verbs("get"), "/livez", "/readyz", "/healthz", "/version", "/version/"),
@@ -141,15 +138,15 @@ func BootstrapClusterRoles() []rbacv1.ClusterRole {
 		{ObjectMeta: metav1.ObjectMeta{Name: "edit", Labels: aggregateTo("admin")}, AggregationRule: aggregationOf("edit")},
 		{ObjectMeta: metav1.ObjectMeta{Name: "view", Labels: aggregateTo("edit")}, AggregationRule: aggregationOf("view")},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:aggregate-to-admin", Labels: aggregateTo("admin")}, Rules: []rbacv1.PolicyRule{
-			r(verbs("create"), []string{"authorization.k8s.io"}, "localsubjectaccessreviews"),
-			r(allVerbsList, []string{rbacv1.GroupName}, "roles", "rolebindings"),
+			rule(verbs("create"), []string{"authorization.k8s.io"}, "localsubjectaccessreviews"),
+			rule(allVerbsList, []string{rbacv1.GroupName}, "roles", "rolebindings"),
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:aggregate-to-edit", Labels: aggregateTo("edit")}, Rules: editRules()},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:aggregate-to-view", Labels: aggregateTo("view")}, Rules: viewRules()},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:node"}, Rules: NodeRules()},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:auth-delegator"}, Rules: []rbacv1.PolicyRule{
-			r(verbs("create"), []string{"authentication.k8s.io"}, "tokenreviews"),
-			r(verbs("create"), []string{"authorization.k8s.io"}, "subjectaccessreviews"),
+			rule(verbs("create"), []string{"authentication.k8s.io"}, "tokenreviews"),
+			rule(verbs("create"), []string{"authorization.k8s.io"}, "subjectaccessreviews"),
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:service-account-issuer-discovery"}, Rules: []rbacv1.PolicyRule{
 			urls(verbs("get"), "/.well-known/openid-configuration", "/.well-known/openid-configuration/",
@@ -159,40 +156,40 @@ func BootstrapClusterRoles() []rbacv1.ClusterRole {
 		// and hands out the tokens its controllers act with.
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:kube-controller-manager"}, Rules: []rbacv1.PolicyRule{
 			eventsRule(),
-			r(verbs("create"), []string{"coordination.k8s.io"}, "leases"),
+			rule(verbs("create"), []string{"coordination.k8s.io"}, "leases"),
 			{Verbs: verbs("get", "update"), APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
 				ResourceNames: []string{"kube-controller-manager"}},
 			core(verbs("create"), "secrets", "serviceaccounts"),
 			core(verbs("delete"), "secrets"),
 			core(verbs("get"), "namespaces", "secrets", "serviceaccounts", "configmaps"),
 			core(verbs("update"), "secrets", "serviceaccounts"),
-			r(verbs("create"), []string{"authentication.k8s.io"}, "tokenreviews"),
-			r(verbs("create"), []string{"authorization.k8s.io"}, "subjectaccessreviews"),
-			r(verbs("list", "watch"), []string{"*"}, "*"),
+			rule(verbs("create"), []string{"authentication.k8s.io"}, "tokenreviews"),
+			rule(verbs("create"), []string{"authorization.k8s.io"}, "subjectaccessreviews"),
+			rule(verbs("list", "watch"), []string{"*"}, "*"),
 			core(verbs("create"), "serviceaccounts/token"),
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "system:kube-scheduler"}, Rules: []rbacv1.PolicyRule{
 			eventsRule(),
-			r(verbs("create"), []string{"coordination.k8s.io"}, "leases"),
+			rule(verbs("create"), []string{"coordination.k8s.io"}, "leases"),
 			{Verbs: verbs("get", "update", "list", "watch"), APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
 				ResourceNames: []string{"kube-scheduler"}},
-			r(allVerbsList, []string{"coordination.k8s.io"}, "leasecandidates"),
+			rule(allVerbsList, []string{"coordination.k8s.io"}, "leasecandidates"),
 			core(readOnly, "nodes"),
 			core(verbs("get", "list", "watch", "delete"), "pods"),
 			core(verbs("create"), "pods/binding", "bindings"),
 			core(verbs("patch", "update"), "pods/status"),
 			core(readOnly, "services", "replicationcontrollers"),
-			r(readOnly, []string{"apps", "extensions"}, "replicasets"),
-			r(readOnly, []string{"apps"}, "statefulsets"),
-			r(readOnly, []string{"policy"}, "poddisruptionbudgets"),
+			rule(readOnly, []string{"apps", "extensions"}, "replicasets"),
+			rule(readOnly, []string{"apps"}, "statefulsets"),
+			rule(readOnly, []string{"policy"}, "poddisruptionbudgets"),
 			core(readOnly, "persistentvolumeclaims", "persistentvolumes"),
-			r(verbs("create"), []string{"authentication.k8s.io"}, "tokenreviews"),
-			r(verbs("create"), []string{"authorization.k8s.io"}, "subjectaccessreviews"),
-			r(readOnly, []string{"storage.k8s.io"}, "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"),
+			rule(verbs("create"), []string{"authentication.k8s.io"}, "tokenreviews"),
+			rule(verbs("create"), []string{"authorization.k8s.io"}, "subjectaccessreviews"),
+			rule(readOnly, []string{"storage.k8s.io"}, "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"),
 			core(readOnly, "namespaces"),
 		}},
 		{ObjectMeta: metav1.ObjectMeta{Name: ViewerRole}, Rules: []rbacv1.PolicyRule{
-			r(readOnly, []string{"*"}, "*"),
+			rule(readOnly, []string{"*"}, "*"),
 			urls(verbs("get"), "/metrics"),
 		}},
 	}
@@ -212,23 +209,23 @@ func controllerRoles() []rbacv1.ClusterRole {
 	apps := []string{"extensions", "apps"}
 	return []rbacv1.ClusterRole{
 		role("daemon-set-controller",
-			r(readVerbsList, apps, "daemonsets"),
-			r(verbs("update"), apps, "daemonsets/status"),
-			r(verbs("update"), apps, "daemonsets/finalizers"),
+			rule(readVerbsList, apps, "daemonsets"),
+			rule(verbs("update"), apps, "daemonsets/status"),
+			rule(verbs("update"), apps, "daemonsets/finalizers"),
 			core(verbs("list", "watch"), "nodes"),
 			core(verbs("list", "watch", "create", "delete", "patch"), "pods"),
 			core(verbs("create"), "pods/binding"),
-			r(verbs("get", "list", "watch", "create", "delete", "update", "patch"), []string{"apps"}, "controllerrevisions"),
+			rule(verbs("get", "list", "watch", "create", "delete", "update", "patch"), []string{"apps"}, "controllerrevisions"),
 			eventsRule()),
 		role("generic-garbage-collector",
-			r(verbs("get", "list", "watch", "patch", "update", "delete"), []string{"*"}, "*"),
+			rule(verbs("get", "list", "watch", "patch", "update", "delete"), []string{"*"}, "*"),
 			eventsRule()),
 		role("node-controller",
 			core(verbs("get", "list", "watch", "update", "delete", "patch"), "nodes"),
 			core(verbs("patch", "update"), "nodes/status"),
 			core(verbs("patch", "update"), "pods/status"),
 			core(verbs("list", "watch", "get", "delete"), "pods"),
-			r(readVerbsList, []string{"coordination.k8s.io"}, "leases"),
+			rule(readVerbsList, []string{"coordination.k8s.io"}, "leases"),
 			eventsRule()),
 	}
 }
