@@ -478,6 +478,11 @@ func testAccessReviews(t *testing.T, m *matrixEnv) {
 	if sar.Status.Allowed {
 		t.Errorf("reader may get secrets: %+v", sar.Status)
 	}
+	_, err = c.SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods"}}}, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at least one of user or group must be specified") {
+		t.Errorf("SubjectAccessReview about no one: %v, want 422", err)
+	}
 	rules, err := impersonating(t, m.env, "system:serviceaccount:team:reader").AuthorizationV1().SelfSubjectRulesReviews().Create(ctx,
 		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: "team"}}, metav1.CreateOptions{})
 	check(t, err)

@@ -8,9 +8,11 @@ import (
 	"github.com/gorilla/mux"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
 )
@@ -48,7 +50,7 @@ var reviewAPIs = []reviewAPI{
 		newFunc: func() runtime.Object { return &authorizationv1.SelfSubjectAccessReview{} },
 		answer: func(s *Server, _ context.Context, u *auth.User, _ string, obj runtime.Object) (runtime.Object, error) {
 			r := obj.(*authorizationv1.SelfSubjectAccessReview)
-			status, err := s.accessReview(u, r.Spec.ResourceAttributes, r.Spec.NonResourceAttributes)
+			status, err := s.accessReview("SelfSubjectAccessReview", u, r.Spec.ResourceAttributes, r.Spec.NonResourceAttributes)
 			r.Status = status
 			return r, err
 		},
@@ -59,7 +61,7 @@ var reviewAPIs = []reviewAPI{
 		answer: func(s *Server, _ context.Context, u *auth.User, _ string, obj runtime.Object) (runtime.Object, error) {
 			r := obj.(*authorizationv1.SelfSubjectRulesReview)
 			if r.Spec.Namespace == "" {
-				return nil, badRequest("spec.namespace: Required value: no namespace on request")
+				return nil, badRequest("no namespace on request")
 			}
 			r.Status = s.rulesReview(u, r.Spec.Namespace)
 			return r, nil
@@ -70,11 +72,11 @@ var reviewAPIs = []reviewAPI{
 		newFunc: func() runtime.Object { return &authorizationv1.SubjectAccessReview{} },
 		answer: func(s *Server, _ context.Context, _ *auth.User, _ string, obj runtime.Object) (runtime.Object, error) {
 			r := obj.(*authorizationv1.SubjectAccessReview)
-			subject, err := reviewSubject(r.Spec)
+			subject, err := reviewSubject("SubjectAccessReview", r.Spec)
 			if err != nil {
 				return nil, err
 			}
-			status, err := s.accessReview(subject, r.Spec.ResourceAttributes, r.Spec.NonResourceAttributes)
+			status, err := s.accessReview("SubjectAccessReview", subject, r.Spec.ResourceAttributes, r.Spec.NonResourceAttributes)
 			r.Status = status
 			return r, err
 		},
@@ -92,18 +94,18 @@ var reviewAPIs = []reviewAPI{
 			ra := r.Spec.ResourceAttributes
 			switch {
 			case r.Spec.NonResourceAttributes != nil:
-				return nil, badRequest("spec.nonResourceAttributes: Invalid value: disallowed on this kind of request")
+				return nil, invalidReview("LocalSubjectAccessReview", field.NewPath("spec", "nonResourceAttributes"), r.Spec.NonResourceAttributes, "disallowed on this kind of request")
 			case ra == nil:
-				return nil, badRequest("spec.resourceAttributes: Required value: resourceAttributes is required for a LocalSubjectAccessReview")
+				return nil, invalidReview("LocalSubjectAccessReview", field.NewPath("spec", "resourceAttributes"), nil, "exactly one of nonResourceAttributes or resourceAttributes must be specified")
 			case ra.Namespace != "" && ra.Namespace != namespace:
 				return nil, badRequest("spec.resourceAttributes.namespace must match namespace: %s", namespace)
 			}
 			ra.Namespace = namespace
-			subject, err := reviewSubject(r.Spec)
+			subject, err := reviewSubject("LocalSubjectAccessReview", r.Spec)
 			if err != nil {
 				return nil, err
 			}
-			status, err := s.accessReview(subject, ra, nil)
+			status, err := s.accessReview("LocalSubjectAccessReview", subject, ra, nil)
 			r.Status = status
 			return r, err
 		},
@@ -112,9 +114,9 @@ var reviewAPIs = []reviewAPI{
 
 // reviewSubject is the user a SubjectAccessReview asks about, exactly as given (no
 // system:authenticated added, as upstream).
-func reviewSubject(spec authorizationv1.SubjectAccessReviewSpec) (*auth.User, error) {
+func reviewSubject(kind string, spec authorizationv1.SubjectAccessReviewSpec) (*auth.User, error) {
 	if spec.User == "" && len(spec.Groups) == 0 {
-		return nil, badRequest("spec.user: Invalid value: at least one of user or group must be specified")
+		return nil, invalidReview(kind, field.NewPath("spec", "user"), spec.User, "at least one of user or group must be specified")
 	}
 	u := &auth.User{Name: spec.User, UID: spec.UID, Groups: spec.Groups}
 	if len(spec.Extra) > 0 {
@@ -129,20 +131,21 @@ func reviewSubject(spec authorizationv1.SubjectAccessReviewSpec) (*auth.User, er
 // accessReview decides whether u may do what the attributes say. An action a node may
 // take on its own objects only counts as allowed, as upstream's node authorizer answers
 // it, with the restriction as the reason.
-func (s *Server) accessReview(u *auth.User, ra *authorizationv1.ResourceAttributes, na *authorizationv1.NonResourceAttributes) (authorizationv1.SubjectAccessReviewStatus, error) {
+func (s *Server) accessReview(kind string, u *auth.User, ra *authorizationv1.ResourceAttributes, na *authorizationv1.NonResourceAttributes) (authorizationv1.SubjectAccessReviewStatus, error) {
 	var a auth.Attributes
+	spec := field.NewPath("spec")
 	switch {
 	case ra != nil && na != nil:
-		return authorizationv1.SubjectAccessReviewStatus{}, badRequest("spec: Invalid value: exactly one of nonResourceAttributes or resourceAttributes must be specified")
+		return authorizationv1.SubjectAccessReviewStatus{}, invalidReview(kind, spec.Child("nonResourceAttributes"), na, "cannot be specified in combination with resourceAttributes")
 	case ra != nil:
 		a = auth.Attributes{Verb: ra.Verb, Group: ra.Group, Resource: ra.Resource, Subresource: ra.Subresource, Namespace: ra.Namespace, Name: ra.Name}
 	case na != nil:
 		a = auth.Attributes{Verb: na.Verb, NonResourcePath: na.Path}
 		if a.NonResourcePath == "" {
-			return authorizationv1.SubjectAccessReviewStatus{}, badRequest("spec.nonResourceAttributes.path: Required value")
+			return authorizationv1.SubjectAccessReviewStatus{}, invalidReview(kind, spec.Child("nonResourceAttributes", "path"), na.Path, "must not be empty")
 		}
 	default:
-		return authorizationv1.SubjectAccessReviewStatus{}, badRequest("spec: Invalid value: exactly one of nonResourceAttributes or resourceAttributes must be specified")
+		return authorizationv1.SubjectAccessReviewStatus{}, invalidReview(kind, spec.Child("resourceAttributes"), nil, "exactly one of nonResourceAttributes or resourceAttributes must be specified")
 	}
 	switch d, reason := s.authorize(u, a); d {
 	case auth.Allow:
@@ -152,6 +155,11 @@ func (s *Server) accessReview(u *auth.User, ra *authorizationv1.ResourceAttribut
 	default:
 		return authorizationv1.SubjectAccessReviewStatus{Reason: reason}, nil
 	}
+}
+
+// invalidReview is a review's 422, as the authorization API's validation words it.
+func invalidReview(kind string, p *field.Path, value any, msg string) error {
+	return apierrors.NewInvalid(authorizationv1.SchemeGroupVersion.WithKind(kind).GroupKind(), "", field.ErrorList{field.Invalid(p, value, msg)})
 }
 
 // rulesReview lists what u may do in namespace.
