@@ -131,20 +131,17 @@ type APIServer struct {
 // DefaultAPIServer returns the secure loopback defaults.
 func DefaultAPIServer() APIServer {
 	return APIServer{
-		Listen:          "127.0.0.1:6443",
-		CertDir:         "./.miniplane/pki",
-		EmbeddedEtcdDir: "./.miniplane/etcd",
-		AdminGroups:     []string{"system:masters"},
-		ReadOnlyGroups:  []string{"miniplane:viewers"},
-		// kubeadm's issuer: what in-cluster clients of a real cluster see.
-		ServiceAccountIssuer: "https://kubernetes.default.svc.cluster.local",
-		AuditLevel:           "Metadata",
-		EtcdPrefix:           "/registry",
-		CompactionInterval:   5 * time.Minute,
-		EventTTL:             time.Hour,
-		MaxRequestBodyBytes:  3 << 20,
-		WatchCacheEvents:     10000,
-		MinRequestTimeout:    30 * time.Minute,
+		Listen:              "127.0.0.1:6443",
+		CertDir:             "./.miniplane/pki",
+		EmbeddedEtcdDir:     "./.miniplane/etcd",
+		AdminGroups:         []string{"system:masters"},
+		ReadOnlyGroups:      []string{"miniplane:viewers"},
+		EtcdPrefix:          "/registry",
+		CompactionInterval:  5 * time.Minute,
+		EventTTL:            time.Hour,
+		MaxRequestBodyBytes: 3 << 20,
+		WatchCacheEvents:    10000,
+		MinRequestTimeout:   30 * time.Minute,
 
 		ServiceClusterIPRange: "10.96.0.0/12",
 		ServiceNodePortRange:  "30000-32767",
@@ -152,6 +149,10 @@ func DefaultAPIServer() APIServer {
 		MaxRequestsInflight:         400,
 		MaxMutatingRequestsInflight: 200,
 		Profiling:                   true,
+
+		// kubeadm's issuer: what in-cluster clients of a real cluster see.
+		ServiceAccountIssuer: "https://kubernetes.default.svc.cluster.local",
+		AuditLevel:           AuditLevelMetadata,
 	}
 }
 

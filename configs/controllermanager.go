@@ -154,18 +154,19 @@ type NodeLifecycleController struct {
 // DefaultControllerManager returns the defaults.
 func DefaultControllerManager() ControllerManager {
 	return ControllerManager{
-		Controllers:    append([]string(nil), KnownControllers...),
-		FeatureGates:   FeatureGates{FeatureScheduleDaemonSetPods: true},
-		LeaderElection: DefaultLeaderElection("kube-controller-manager"),
+		Controllers:      append([]string(nil), KnownControllers...),
+		FeatureGates:     FeatureGates{FeatureScheduleDaemonSetPods: true},
+		LeaderElection:   DefaultLeaderElection("kube-controller-manager"),
+		HealthListen:     "127.0.0.1:10257",
+		KubeAPIQPS:       5000,
+		KubeAPIBurst:     10000,
+		DaemonSet:        DefaultDaemonSetController(),
+		GarbageCollector: DefaultGarbageCollectorController(),
+		NodeLifecycle:    DefaultNodeLifecycleController(),
+
 		// As kubeadm runs kube-controller-manager: the bootstrap policy binds each
 		// controller's role to its ServiceAccount.
 		UseServiceAccountCredentials: true,
-		HealthListen:                 "127.0.0.1:10257",
-		KubeAPIQPS:                   5000,
-		KubeAPIBurst:                 10000,
-		DaemonSet:                    DefaultDaemonSetController(),
-		GarbageCollector:             DefaultGarbageCollectorController(),
-		NodeLifecycle:                DefaultNodeLifecycleController(),
 	}
 }
 
