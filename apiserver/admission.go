@@ -20,8 +20,9 @@ import (
 // Admission runs between decoding and storage, in the order kube-apiserver runs the plugins
 // miniplane has: NamespaceLifecycle (checkNamespaceOpen, before everything), then the
 // mutating ServiceAccount and Priority plugins, then the kind's own validation, then the
-// validating ResourceQuota plugin, which charges the quota last, so that nothing refused
-// later has been counted.
+// validating plugins: RBAC's escalation check (which kube-apiserver makes in the RBAC
+// kinds' storage) and ResourceQuota, which charges the quota last, so that nothing refused
+// later has been counted. Updates run the validating plugins only.
 
 // admissionOp is the operation being admitted.
 type admissionOp string
@@ -44,7 +45,7 @@ const (
 type admission struct {
 	op              admissionOp
 	res             *resource
-	obj             runtime.Object
+	obj, old        runtime.Object // old is nil on create
 	namespace, name string
 	dryRun          bool
 }
@@ -67,6 +68,7 @@ type admissionPlugin struct {
 var admissionPlugins = []admissionPlugin{
 	{name: "ServiceAccount", phase: mutating, admit: admitServiceAccount},
 	{name: "Priority", phase: mutating, admit: admitPriority},
+	{name: "RBACEscalation", phase: validating, admit: admitRBACEscalation},
 	{name: "ResourceQuota", phase: validating, admit: admitQuota},
 }
 

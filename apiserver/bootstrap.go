@@ -77,12 +77,33 @@ func (s *Server) ensureKubernetesService(ctx context.Context) error {
 				TargetPort: intstr.FromInt32(int32(s.advertisedPort()))}},
 		},
 	}
-	_, err := s.createStored(ctx, res, svc, createOptions{manager: serverFieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("bootstrap service %s: %w", kubernetesService, err)
+	key := res.key(s.cfg.EtcdPrefix, metav1.NamespaceDefault, kubernetesService)
+	var err error
+	for attempt := 0; attempt < kubernetesServiceAttempts; attempt++ {
+		_, err = s.createStored(ctx, res, svc.DeepCopy(), createOptions{manager: serverFieldManager})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		// Another API server starting at the same moment may have taken the address for the
+		// Service it is creating: once that Service is there, nothing is left to do.
+		if _, getErr := s.store.Get(ctx, key); getErr == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.clock.After(kubernetesServiceRetry):
+		}
 	}
-	return nil
+	return fmt.Errorf("bootstrap service %s: %w", kubernetesService, err)
 }
+
+// A server retries the kubernetes Service this many times, this far apart, while another
+// one's creation of it is under way.
+const (
+	kubernetesServiceAttempts = 10
+	kubernetesServiceRetry    = 500 * time.Millisecond
+)
 
 // advertisedIP is the address the `kubernetes` endpoints give for this server.
 func (s *Server) advertisedIP() string {

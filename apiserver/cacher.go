@@ -109,7 +109,7 @@ type cacher struct {
 	advanced chan struct{}
 
 	// onEvent, when set, is told of every change applied, with the object's key and
-	// namespace; it runs under mu and must be quick.
+	// namespace (after a re-list, of every object); it runs under mu and must be quick.
 	onEvent func(key, namespace string)
 	// progress asks etcd where the cache's watch is while reads wait for a revision.
 	progress *progressRequester
@@ -172,11 +172,24 @@ func (c *cacher) listAndWatch(ctx context.Context) error {
 		w.terminate()
 	}
 	c.watchers = map[*cacheWatcher]struct{}{}
+	old, relisted := c.objects, c.ready
 	c.objects = objects
 	c.hStart, c.hLen = 0, 0
 	c.evictedRV = list.Revision
 	c.setRVLocked(list.Revision)
 	c.ready = true
+	if relisted && c.onEvent != nil {
+		// What changed while the watch was lost came with no event: tell of every object
+		// that may have (RBAC would otherwise go on deciding from the old bindings).
+		for key, co := range old {
+			if _, ok := objects[key]; !ok {
+				c.onEvent(key, co.namespace)
+			}
+		}
+		for key, co := range objects {
+			c.onEvent(key, co.namespace)
+		}
+	}
 	c.mu.Unlock()
 
 	events, err := c.store.Watch(ctx, c.prefix, list.Revision)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -434,6 +435,10 @@ func TestCacherRelistsAfterWatchError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var told []string
+	ct.c.mu.Lock()
+	ct.c.onEvent = func(key, namespace string) { told = append(told, key) }
+	ct.c.mu.Unlock()
 	ct.src.mu.Lock()
 	ct.src.list = &store.ListResult{Revision: 20, Items: []runtime.Object{atRV(18, testPod("b", "", web))}}
 	ct.src.mu.Unlock()
@@ -451,6 +456,13 @@ func TestCacherRelistsAfterWatchError(t *testing.T) {
 	if len(items) != 1 || items[0].name != "b" {
 		t.Errorf("after the re-list the cache holds %v, want only b", items)
 	}
+	// What the lost watch would have told comes with the re-list: a went, b came.
+	ct.c.mu.RLock()
+	slices.Sort(told)
+	if want := []string{"/registry/pods/default/a", "/registry/pods/default/b"}; !slices.Equal(told, want) {
+		t.Errorf("onEvent after the re-list told %v, want %v", told, want)
+	}
+	ct.c.mu.RUnlock()
 	// The cache reaches the list's revision before it opens the store watch that follows.
 	waitFor(t, "a second store watch", func() bool { return len(ct.src.watchCalls()) == 2 })
 	if got := ct.src.watchCalls(); !reflect.DeepEqual(got, []int64{cacheStartRV, 20}) {

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -43,15 +42,17 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	}
 	st := stateFrom(r.Context())
 	st.verb, st.resource, st.subresource = info.verb, info.res.name, info.subresource
+	st.info = info
 	c := &call{s: s, w: w, r: r, info: info, user: st.user}
-	attrs := auth.Attributes{Verb: info.verb, Group: info.res.group, Resource: info.res.name,
-		Subresource: info.subresource, Namespace: info.namespace, Name: info.name}
-	switch decision, reason := s.authz.Authorize(c.user, attrs); decision {
-	case auth.Deny:
-		c.fail(c.forbidden(reason))
-		return
+	decision, reason := s.authorize(c.user, c.attributes())
+	st.decision, st.reason = decisionAnnotation(decision), reason
+	switch decision {
+	case auth.Allow:
 	case auth.NodeObjectCheck:
 		c.nodeCheck = true
+	default:
+		c.fail(c.forbidden(reason))
+		return
 	}
 	if c.out, err = negotiate(r); err != nil {
 		c.fail(err)
@@ -85,21 +86,15 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// attributes are what the call asks to do, for the authorizer.
+func (c *call) attributes() auth.Attributes {
+	return auth.Attributes{Verb: c.info.verb, Group: c.info.res.group, Resource: c.info.res.name,
+		Subresource: c.info.subresource, Namespace: c.info.namespace, Name: c.info.name}
+}
+
+// forbidden is the call's 403, with the authorizer's reason.
 func (c *call) forbidden(reason string) error {
-	what := fmt.Sprintf("User %q cannot %s resource %q", c.user.Name, c.info.verb, c.info.res.name)
-	if c.info.subresource != "" {
-		what = fmt.Sprintf("User %q cannot %s resource \"%s/%s\"", c.user.Name, c.info.verb, c.info.res.name, c.info.subresource)
-	}
-	what += fmt.Sprintf(" in API group %q", c.info.res.group)
-	if c.info.namespace != "" {
-		what += fmt.Sprintf(" in the namespace %q", c.info.namespace)
-	} else {
-		what += " at the cluster scope"
-	}
-	if reason != "" {
-		what += ": " + reason
-	}
-	return apierrors.NewForbidden(c.info.res.groupResource(), c.info.name, errors.New(what))
+	return forbiddenError(c.user, c.attributes(), reason)
 }
 
 // authorizeNodeObject finishes node authorization once the object is known.

@@ -10,18 +10,26 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
 )
 
 // requestState travels with a request: who made it, and what it turned out to be (filled
-// by the resource handler, read by metrics).
+// by the resource handler, read by metrics and the audit log).
 type requestState struct {
-	log         *slog.Logger
-	user        *auth.User
-	verb        string
-	resource    string
-	subresource string
+	log *slog.Logger
+	// user is who the request acts as; authenticated is who made it when that differs
+	// (impersonation).
+	user, authenticated *auth.User
+	verb                string
+	resource            string
+	subresource         string
+	// info is the resource request, when it is one (the audit log reads the name a
+	// create learns from its body).
+	info *requestInfo
+	// decision and reason are the authorizer's answer, for the audit log.
+	decision, reason string
 }
 
 type stateKey struct{}
@@ -34,24 +42,40 @@ func stateFrom(ctx context.Context) *requestState {
 }
 
 // publicPaths answer without a token, as kube-apiserver's system:public-info-viewer lets
-// anyone read health and version: probes and load balancers carry no credentials.
+// anyone read health and version: probes and load balancers carry no credentials. They are
+// authorized like every other path, as system:anonymous.
 var publicPaths = map[string]bool{"/healthz": true, "/livez": true, "/readyz": true, "/version": true}
 
+// withAuthentication authenticates every request (401 when that fails), applies
+// impersonation, and authorizes what is not a resource (discovery, OpenAPI, metrics):
+// resources are authorized by their handler, which knows the verb and the object.
 func (s *Server) withAuthentication(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := stateFrom(r.Context())
 		if st.user == nil {
-			st.user = s.authn.Authenticate(r.Header.Get("Authorization"))
+			u, err := s.authenticateRequest(r)
+			if err != nil {
+				s.log.Debug("request not authenticated", "path", r.URL.Path, "err", err)
+				writeStatus(w, unauthorizedStatus())
+				return
+			}
+			st.user = u
 		}
-		if st.user == nil && !publicPaths[r.URL.Path] {
-			writeStatus(w, &metav1.Status{Code: http.StatusUnauthorized, Reason: metav1.StatusReasonUnauthorized, Message: "Unauthorized"})
+		imp, err := s.impersonate(r, st.user)
+		if err != nil {
+			st.decision = "forbid"
+			writeError(w, r, err, groupResourceNone, "")
 			return
 		}
-		// Discovery, OpenAPI and metrics are authorized here; resources in their handler,
-		// which knows the verb and the object.
-		if st.user != nil && !isResourcePath(r.URL.Path) && !publicPaths[r.URL.Path] {
-			if d, reason := s.authz.Authorize(st.user, auth.Attributes{NonResourcePath: r.URL.Path}); d != auth.Allow {
-				writeStatus(w, forbiddenStatus(st.user, fmt.Sprintf("%s %q", lowerVerb(r.Method), r.URL.Path), reason))
+		if imp != nil {
+			st.authenticated, st.user = st.user, imp
+		}
+		if !isResourcePath(r.URL.Path) {
+			a := auth.Attributes{Verb: nonResourceVerb(r.Method), NonResourcePath: r.URL.Path}
+			d, reason := s.authorize(st.user, a)
+			st.decision, st.reason = decisionAnnotation(d), reason
+			if d != auth.Allow {
+				writeStatus(w, &forbiddenError(st.user, a, reason).ErrStatus)
 				return
 			}
 		}
@@ -61,9 +85,11 @@ func (s *Server) withAuthentication(next http.Handler) http.Handler {
 
 // withInsecureAdmin marks every request on the opt-in plain-HTTP listener as coming from
 // an administrator: it is only allowed on loopback, where the user already owns the host.
+// It must run inside withRecovery, which makes the state it marks.
 func (s *Server) withInsecureAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		stateFrom(r.Context()).user = &auth.User{Name: "system:insecure-loopback", Groups: s.cfg.AdminGroups}
+		stateFrom(r.Context()).user = &auth.User{Name: "system:insecure-loopback",
+			Groups: append(append([]string(nil), s.cfg.AdminGroups...), user.AllAuthenticated)}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -83,14 +109,6 @@ func (s *Server) withRecovery(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
-}
-
-func forbiddenStatus(u *auth.User, what, reason string) *metav1.Status {
-	msg := fmt.Sprintf("User %q cannot %s", u.Name, what)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	return &metav1.Status{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: msg}
 }
 
 func lowerVerb(method string) string {

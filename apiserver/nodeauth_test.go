@@ -139,9 +139,9 @@ func TestNodeAuthorization(t *testing.T) {
 		Target: corev1.ObjectReference{Name: "n1"}}, metav1.CreateOptions{}))
 	allowed("delete its pod", n1.CoreV1().Pods("default").Delete(ctx, "on-n1", metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}))
 
-	// Workloads: read, never write.
+	// Workloads: neither read nor write, as upstream's system:node rules.
 	_, err = n1.AppsV1().DaemonSets("default").List(ctx, metav1.ListOptions{})
-	allowed("list DaemonSets", err)
+	denied("list DaemonSets", err)
 	denied("delete a DaemonSet", n1.AppsV1().DaemonSets("default").Delete(ctx, "ds", metav1.DeleteOptions{}))
 	_, err = n1.AppsV1().DaemonSets("default").Create(ctx, daemonSet("default", "mine"), metav1.CreateOptions{})
 	denied("create a DaemonSet", err)

@@ -528,10 +528,14 @@ func (b *routeBuilder) reviewRoute(api reviewAPI) (common.Route, error) {
 	}
 	gvk := api.gvk()
 	obj := b.model(gvk, api.newFunc())
-	id, tags := operation(gvk.GroupVersion(), "create", api.kind)
-	return &apiRoute{method: "POST", path: groupVersionPath(api.group, api.version) + "/" + api.resource,
+	rest, params := api.kind, []common.Parameter{bodyParam(true)}
+	if api.namespaced {
+		rest, params = "Namespaced"+api.kind, append(params, namespaceParam)
+	}
+	id, tags := operation(gvk.GroupVersion(), "create", rest)
+	return &apiRoute{method: "POST", path: api.path(),
 		operationID: id, tags: tags, doc: "create a " + api.kind,
-		params: join(query, []common.Parameter{bodyParam(true)}), body: obj,
+		params: join(query, params), body: obj,
 		consumes: anyMediaType, produces: objectMediaTypes, metadata: gvkExtension("post", gvk),
 		responses: []common.StatusCodeResponse{answerCreated(obj)}}, nil
 }

@@ -1,6 +1,7 @@
 package apiserver_test
 
 import (
+	"slices"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -22,7 +23,8 @@ func TestSelfReviews(t *testing.T) {
 
 	who, err := viewer.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	check(t, err)
-	if who.Status.UserInfo.Username != testenv.ViewerUser || len(who.Status.UserInfo.Groups) != 1 || who.Status.UserInfo.Groups[0] != testenv.ViewerGroup {
+	// As kube-apiserver, every authenticated user is also in system:authenticated.
+	if who.Status.UserInfo.Username != testenv.ViewerUser || !slices.Equal(who.Status.UserInfo.Groups, []string{testenv.ViewerGroup, "system:authenticated"}) {
 		t.Fatalf("whoami = %+v", who.Status.UserInfo)
 	}
 

@@ -44,7 +44,7 @@ type Server struct {
 	log     *slog.Logger
 	reg     *registry
 	authn   *auth.TokenAuthenticator
-	authz   *auth.Authorizer
+	authz   auth.Chain
 	metrics *metrics
 	// inflight answers 429 beyond --max-requests-inflight and --max-mutating-requests-inflight.
 	inflight *inflightLimiter
@@ -61,6 +61,18 @@ type Server struct {
 	runCtx context.Context
 	// ui is the browser view at /ui/; nil when it is off.
 	ui *ui.Handler
+
+	// rbac is the chain's RBAC authorizer; aggregator keeps aggregated ClusterRoles'
+	// rules current.
+	rbac       *rbacAuthorizer
+	aggregator *roleAggregator
+	// saIssuer signs ServiceAccount tokens, saVerifier checks them (see
+	// serviceaccount_token.go).
+	saIssuer   *auth.TokenIssuer
+	saVerifier *auth.TokenVerifier
+	audit      *auditLog
+	// router serves every path; handler is router behind the secure listener's filters.
+	router http.Handler
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -103,10 +115,18 @@ func New(opts Options) (*Server, error) {
 		clock:    opts.Clock,
 		log:      opts.Logger.With("component", "apiserver"),
 		authn:    authn,
-		authz:    &auth.Authorizer{AdminGroups: opts.Config.AdminGroups, ReadOnlyGroups: opts.Config.ReadOnlyGroups},
 		services: newServiceAllocator(opts.Store, opts.Config.EtcdPrefix, cidr, firstPort, lastPort),
 		done:     make(chan struct{}),
 		errs:     make(chan error, 4),
+	}
+	s.rbac = &rbacAuthorizer{newPolicy: s.buildPolicy}
+	s.authz = s.newAuthorizer()
+	s.aggregator = newRoleAggregator(s)
+	if err := s.loadServiceAccountKey(); err != nil {
+		return nil, err
+	}
+	if s.audit, err = newAuditLog(opts.Config.AuditLogPath, opts.Config.AuditLevel, s.clock); err != nil {
+		return nil, err
 	}
 	s.quota = newQuotaTracker(s)
 	s.budgets = newBudgetTracker(s)
@@ -146,6 +166,8 @@ func (s *Server) newCache(r *resource) {
 	// reads (see cacher.clock).
 	r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
 	isQuota, isCRD := r.groupResource() == quotasResource, r.groupResource() == crdsResource
+	// RBAC decides from these four kinds; aggregated ClusterRoles follow the others.
+	isRBAC, isClusterRole := isRBACResource(r.groupResource()), r.groupResource() == clusterRolesResource
 	r.cache.onEvent = func(key, namespace string) {
 		// Every change may change what a quota or a disruption budget of its namespace counts.
 		if isQuota {
@@ -153,6 +175,12 @@ func (s *Server) newCache(r *resource) {
 		}
 		if isCRD {
 			s.crds.changed(crdsResource.String())
+		}
+		if isRBAC {
+			s.rbac.changed()
+		}
+		if isClusterRole {
+			s.aggregator.trigger()
 		}
 		s.quota.changed(namespace)
 		s.budgets.changed(namespace)
@@ -208,11 +236,13 @@ func (s *Server) routes() http.Handler {
 	r.HandleFunc("/openapi/v2", s.serveOpenAPIV2).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v3", s.serveOpenAPIRoot).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v3/{path:.+}", s.serveOpenAPIGroupVersion).Methods(http.MethodGet)
+	r.HandleFunc(oidcDiscoveryPath, s.serveOIDCDiscovery).Methods(http.MethodGet)
+	r.HandleFunc(jwksPath, s.serveJWKS).Methods(http.MethodGet)
 	r.HandleFunc("/api/{version}", s.serveResourceList).Methods(http.MethodGet)
 	r.HandleFunc("/apis/{group}", s.serveGroup).Methods(http.MethodGet)
 	r.HandleFunc("/apis/{group}/{version}", s.serveResourceList).Methods(http.MethodGet)
 	for _, api := range reviewAPIs {
-		r.HandleFunc(groupVersionPath(api.group, api.version)+"/"+api.resource, s.serveReview(api)).Methods(http.MethodPost)
+		r.HandleFunc(api.path(), s.serveReview(api)).Methods(http.MethodPost)
 	}
 	r.PathPrefix("/api/").HandlerFunc(s.serveResource)
 	r.PathPrefix("/apis/").HandlerFunc(s.serveResource)
@@ -224,7 +254,20 @@ func (s *Server) routes() http.Handler {
 		writeStatus(w, &metav1.Status{Code: http.StatusMethodNotAllowed, Reason: metav1.StatusReasonMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not supported on %s", req.Method, req.URL.Path)})
 	})
-	return s.withRecovery(s.metrics.instrument(s.withAuthentication(s.inflight.wrap(r))))
+	s.router = r
+	return s.serving(false)
+}
+
+// serving is the router behind the filters every request passes, outermost first:
+// recovery (which makes the request's state), audit, metrics, authentication (the
+// plain-HTTP listener marks its requests as an administrator's first), the in-flight
+// limit.
+func (s *Server) serving(insecure bool) http.Handler {
+	h := s.withAuthentication(s.inflight.wrap(s.router))
+	if insecure {
+		h = s.withInsecureAdmin(h)
+	}
+	return s.withRecovery(s.audit.wrap(s.metrics.instrument(h)))
 }
 
 // Start starts the watch caches, creates the bootstrap namespaces and begins serving
@@ -246,6 +289,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bootstrap(ctx); err != nil {
 		return err
 	}
+	if err := s.reconcileBootstrapPolicy(ctx); err != nil {
+		return err
+	}
+	go s.aggregator.run(ctx)
 	// Custom resources of existing definitions are served from the first request on.
 	if err := s.crds.reconcile(ctx); err != nil {
 		s.log.Warn("custom resource definitions not all served", "err", err)
@@ -277,7 +324,7 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("listen %s: %w", s.cfg.InsecureListen, err)
 		}
 		insecure := s.newHTTPServer()
-		insecure.Handler = s.withRecovery(s.metrics.instrument(s.withInsecureAdmin(s.handler)))
+		insecure.Handler = s.serving(true)
 		s.mu.Lock()
 		s.servers = append(s.servers, insecure)
 		s.mu.Unlock()
@@ -330,6 +377,7 @@ func (s *Server) shutdown() {
 			_ = srv.Close()
 		}
 	}
+	s.audit.stop()
 	close(s.done)
 }
 

@@ -239,6 +239,10 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 		if !opts.applied && opts.manager != "" {
 			next = c.s.trackWrite(res, c.info.subresource, before, next, opts.manager)
 		}
+		if err := c.s.admit(ctx, &admission{op: opUpdate, res: res, obj: next, old: cur,
+			namespace: c.info.namespace, name: c.info.name, dryRun: dryRun}, validating); err != nil {
+			return nil, err
+		}
 		last = next
 		if deletionComplete(res, next) && !dryRun {
 			removed = true

@@ -3,6 +3,7 @@ package configs
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -30,10 +31,49 @@ type APIServer struct {
 	// TokenFile is a kube-apiserver token file: CSV lines `token,user,uid,"group1,group2"`.
 	// Flag --token-file.
 	TokenFile string `mapstructure:"token-file" flag:"token-file" help:"static token file: CSV lines token,user,uid,\"group1,group2\" (required)"`
-	// AdminGroups may do anything; default [system:masters].
-	AdminGroups []string `mapstructure:"admin-groups" flag:"admin-groups" help:"groups that may do anything"`
-	// ReadOnlyGroups may get, list and watch everything; default [miniplane:viewers].
-	ReadOnlyGroups []string `mapstructure:"read-only-groups" flag:"read-only-groups" help:"groups that may get, list and watch everything"`
+	// AdminGroups may do anything, whatever RBAC says, as kube-apiserver's system:masters;
+	// the bootstrap ClusterRoleBinding cluster-admin names them too. Default
+	// [system:masters]. Flag --admin-groups.
+	AdminGroups []string `mapstructure:"admin-groups" flag:"admin-groups" help:"groups that may do anything, whatever RBAC says"`
+	// ReadOnlyGroups are the subjects the bootstrap ClusterRoleBinding miniplane:viewers
+	// gives the ClusterRole miniplane:viewer (get, list, watch everything; read /metrics);
+	// default [miniplane:viewers]. Reconciliation on start adds groups, it never removes
+	// any. Flag --read-only-groups.
+	ReadOnlyGroups []string `mapstructure:"read-only-groups" flag:"read-only-groups" help:"groups bound to the ClusterRole miniplane:viewer (get, list, watch everything)"`
+	// AnonymousAuth serves requests without a bearer token as system:anonymous (group
+	// system:unauthenticated), authorized by RBAC; default false: such requests get 401,
+	// except on /healthz, /livez, /readyz and /version, which the bootstrap role
+	// system:public-info-viewer opens to everyone. Flag --anonymous-auth.
+	AnonymousAuth bool `mapstructure:"anonymous-auth" flag:"anonymous-auth" help:"serve requests without a token as system:anonymous, authorized by RBAC (default: 401 except on health and version)"`
+
+	// ServiceAccountSigningKeyFile is the private key (PEM, RSA or ECDSA) that signs and
+	// verifies ServiceAccount tokens; default CertDir/sa.key, an RSA key created on first
+	// start when missing. Every API server of a cluster needs the same key. Flag
+	// --service-account-signing-key-file.
+	ServiceAccountSigningKeyFile string `mapstructure:"service-account-signing-key-file" flag:"service-account-signing-key-file" help:"PEM private key signing ServiceAccount tokens (default: CERT_DIR/sa.key, created when missing)"`
+	// ServiceAccountIssuer is the iss claim of ServiceAccount tokens and the issuer of the
+	// OpenID discovery document; default https://kubernetes.default.svc.cluster.local.
+	// Flag --service-account-issuer.
+	ServiceAccountIssuer string `mapstructure:"service-account-issuer" flag:"service-account-issuer" help:"iss claim of ServiceAccount tokens"`
+	// ServiceAccountJWKSURI is the jwks_uri of /.well-known/openid-configuration; default
+	// the issuer followed by /openid/v1/jwks. Flag --service-account-jwks-uri.
+	ServiceAccountJWKSURI string `mapstructure:"service-account-jwks-uri" flag:"service-account-jwks-uri" help:"jwks_uri of the OpenID discovery document (default: ISSUER/openid/v1/jwks)"`
+	// APIAudiences are the audiences a token must name to authenticate to this server,
+	// and those of a TokenRequest that names none; default [ServiceAccountIssuer].
+	// Flag --api-audiences.
+	APIAudiences []string `mapstructure:"api-audiences" flag:"api-audiences" help:"audiences a ServiceAccount token must name to authenticate here (default: the issuer)"`
+	// ServiceAccountMaxTokenExpiration caps the lifetime a TokenRequest may ask for;
+	// default 0, no cap, as kube-apiserver. Flag --service-account-max-token-expiration.
+	ServiceAccountMaxTokenExpiration time.Duration `mapstructure:"service-account-max-token-expiration" flag:"service-account-max-token-expiration" help:"longest lifetime of a requested ServiceAccount token (0: no cap)"`
+
+	// AuditLogPath receives one JSON line (an audit.k8s.io/v1 Event) per write request;
+	// "-" is standard output, "" (the default) turns the audit log off. Flag
+	// --audit-log-path.
+	AuditLogPath string `mapstructure:"audit-log-path" flag:"audit-log-path" help:"file receiving a JSON audit event per write (\"-\": stdout; default off)"`
+	// AuditLevel is how much each audit event holds: Metadata (who, what, when, the
+	// answer), Request (also the request body) or RequestResponse (also the response
+	// body); default Metadata. Flag --audit-level.
+	AuditLevel string `mapstructure:"audit-level" flag:"audit-level" help:"detail of audit events: Metadata, Request or RequestResponse"`
 
 	// EtcdServers selects an external etcd cluster; empty means an embedded member that
 	// keeps its data in EmbeddedEtcdDir. Flag --etcd-servers.
@@ -113,6 +153,10 @@ func DefaultAPIServer() APIServer {
 		MaxMutatingRequestsInflight: 200,
 		Profiling:                   true,
 		UI:                          DefaultUI(),
+
+		// kubeadm's issuer: what in-cluster clients of a real cluster see.
+		ServiceAccountIssuer: "https://kubernetes.default.svc.cluster.local",
+		AuditLevel:           AuditLevelMetadata,
 	}
 }
 
@@ -159,6 +203,17 @@ func (c APIServer) Validate() error {
 		return invalid("max-requests-inflight", "must not be negative (0 disables the limit)")
 	case c.MaxMutatingRequestsInflight < 0:
 		return invalid("max-mutating-requests-inflight", "must not be negative (0 disables the limit)")
+	case c.ServiceAccountIssuer == "":
+		return invalid("service-account-issuer", "must not be empty")
+	case c.ServiceAccountMaxTokenExpiration < 0:
+		return invalid("service-account-max-token-expiration", "must not be negative (0: no cap)")
+	case c.ServiceAccountMaxTokenExpiration > 0 && c.ServiceAccountMaxTokenExpiration < 10*time.Minute:
+		return invalid("service-account-max-token-expiration", "must be at least 10m, the shortest token a TokenRequest may ask for")
+	}
+	switch c.AuditLevel {
+	case AuditLevelMetadata, AuditLevelRequest, AuditLevelRequestResponse:
+	default:
+		return invalidf("audit-level", "%q: want %s, %s or %s", c.AuditLevel, AuditLevelMetadata, AuditLevelRequest, AuditLevelRequestResponse)
 	}
 	if _, err := c.ServiceCIDR(); err != nil {
 		return invalidf("service-cluster-ip-range", "%v", err)
@@ -170,6 +225,37 @@ func (c APIServer) Validate() error {
 		return invalidf("advertise-address", "%q is not an IP address", c.AdvertiseAddress)
 	}
 	return within("ui", c.UI.Validate())
+}
+
+// Audit levels, as audit.k8s.io/v1 names them.
+const (
+	AuditLevelMetadata        = "Metadata"
+	AuditLevelRequest         = "Request"
+	AuditLevelRequestResponse = "RequestResponse"
+)
+
+// ServiceAccountKeyPath is the ServiceAccount signing key's file.
+func (c APIServer) ServiceAccountKeyPath() string {
+	if c.ServiceAccountSigningKeyFile != "" {
+		return c.ServiceAccountSigningKeyFile
+	}
+	return filepath.Join(c.CertDir, "sa.key")
+}
+
+// Audiences are the API audiences: APIAudiences, or the issuer.
+func (c APIServer) Audiences() []string {
+	if len(c.APIAudiences) > 0 {
+		return c.APIAudiences
+	}
+	return []string{c.ServiceAccountIssuer}
+}
+
+// JWKSURI is the jwks_uri of the OpenID discovery document.
+func (c APIServer) JWKSURI() string {
+	if c.ServiceAccountJWKSURI != "" {
+		return c.ServiceAccountJWKSURI
+	}
+	return strings.TrimSuffix(c.ServiceAccountIssuer, "/") + "/openid/v1/jwks"
 }
 
 // ServiceCIDR parses ServiceClusterIPRange. Like kube-apiserver it takes an IPv4 range of

@@ -34,6 +34,14 @@ type ControllerManager struct {
 	// ScheduleDaemonSetPods on. Flag --feature-gates=ScheduleDaemonSetPods=false.
 	FeatureGates FeatureGates `mapstructure:"feature-gates" flag:"feature-gates" help:"feature gates, e.g. ScheduleDaemonSetPods=false"`
 
+	// UseServiceAccountCredentials runs each controller as its own ServiceAccount in
+	// kube-system (daemon-set-controller, generic-garbage-collector, node-controller), with
+	// tokens the controller-manager requests for them, as kubeadm runs
+	// kube-controller-manager: each has only its system:controller:<name> role. Off, every
+	// controller acts with the controller-manager's own credentials, which then need those
+	// roles bound to them. Default true. Flag --use-service-account-credentials.
+	UseServiceAccountCredentials bool `mapstructure:"use-service-account-credentials" flag:"use-service-account-credentials" help:"run each controller as its own ServiceAccount in kube-system (its own least-privilege role)"`
+
 	// LeaderElection makes replicas elect one active instance through a Lease.
 	LeaderElection LeaderElection `mapstructure:"leader-election"`
 
@@ -165,6 +173,10 @@ func DefaultControllerManager() ControllerManager {
 		DaemonSet:        DefaultDaemonSetController(),
 		GarbageCollector: DefaultGarbageCollectorController(),
 		NodeLifecycle:    DefaultNodeLifecycleController(),
+
+		// As kubeadm runs kube-controller-manager: the bootstrap policy binds each
+		// controller's role to its ServiceAccount.
+		UseServiceAccountCredentials: true,
 	}
 }
 

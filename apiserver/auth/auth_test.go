@@ -87,62 +87,6 @@ func TestTokenFileRoundTripAndAuthenticate(t *testing.T) {
 	}
 }
 
-func TestAuthorize(t *testing.T) {
-	z := &Authorizer{AdminGroups: []string{AdminGroup}, ReadOnlyGroups: []string{"viewers"}}
-	admin := &User{Name: "admin", Groups: []string{AdminGroup}}
-	viewer := &User{Name: "v", Groups: []string{"viewers"}}
-	nobody := &User{Name: "nobody"}
-	node := &User{Name: NodeUserPrefix + "n1", Groups: []string{NodesGroup}}
-	fleet := &User{Name: FleetUserPrefix + "f", Groups: []string{NodesGroup}}
-	pods := func(verb, name, sub string) Attributes {
-		return Attributes{Verb: verb, Resource: "pods", Namespace: "default", Name: name, Subresource: sub}
-	}
-	tests := []struct {
-		name string
-		user *User
-		a    Attributes
-		want Decision
-	}{
-		{"admin deletes a DaemonSet", admin, Attributes{Verb: "delete", Group: "apps", Resource: "daemonsets", Namespace: "d", Name: "x"}, Allow},
-		{"viewer lists pods", viewer, pods("list", "", ""), Allow},
-		{"viewer watches nodes", viewer, Attributes{Verb: "watch", Resource: "nodes"}, Allow},
-		{"viewer may not create", viewer, pods("create", "", ""), Deny},
-		{"viewer reads metrics", viewer, Attributes{NonResourcePath: "/metrics"}, Allow},
-		{"nobody reads discovery", nobody, Attributes{NonResourcePath: "/apis"}, Allow},
-		{"nobody may not read metrics", nobody, Attributes{NonResourcePath: "/metrics"}, Deny},
-		{"admin reads profiles", admin, Attributes{NonResourcePath: "/debug/pprof/heap"}, Allow},
-		{"viewer may not read profiles", viewer, Attributes{NonResourcePath: "/debug/pprof/"}, Deny},
-		{"nobody may not read profiles", nobody, Attributes{NonResourcePath: "/debug/pprof/profile"}, Deny},
-		{"nobody may not reach /debug", nobody, Attributes{NonResourcePath: "/debug"}, Deny},
-		{"a path merely starting with debug is not /debug/", nobody, Attributes{NonResourcePath: "/debugger"}, Allow},
-		{"nobody may not list pods", nobody, pods("list", "", ""), Deny},
-		{"node updates its node", node, Attributes{Verb: "patch", Resource: "nodes", Name: "n1", Subresource: "status"}, Allow},
-		{"node may not update another node", node, Attributes{Verb: "update", Resource: "nodes", Name: "n2"}, Deny},
-		{"node creates a node (checked on the body)", node, Attributes{Verb: "create", Resource: "nodes"}, NodeObjectCheck},
-		{"node reads pods", node, pods("watch", "", ""), Allow},
-		{"node updates pod status (checked on the pod)", node, pods("update", "p", "status"), NodeObjectCheck},
-		{"node deletes a pod (checked on the pod)", node, pods("delete", "p", ""), NodeObjectCheck},
-		{"node may not change a pod's spec", node, pods("patch", "p", ""), Deny},
-		{"node may not bind", node, pods("create", "p", "binding"), Deny},
-		{"node may not create pods", node, pods("create", "", ""), Deny},
-		{"node renews its lease", node, Attributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease", Name: "n1"}, Allow},
-		{"node may not renew another lease", node, Attributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease", Name: "n2"}, Deny},
-		{"node may not use leases elsewhere", node, Attributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "n1"}, Deny},
-		{"node writes events", node, Attributes{Verb: "create", Resource: "events", Namespace: "default"}, Allow},
-		{"node reads DaemonSets", node, Attributes{Verb: "list", Group: "apps", Resource: "daemonsets"}, Allow},
-		{"node may not delete DaemonSets", node, Attributes{Verb: "delete", Group: "apps", Resource: "daemonsets", Namespace: "d", Name: "x"}, Deny},
-		{"fleet updates its member", fleet, Attributes{Verb: "update", Resource: "nodes", Name: "f-12"}, Allow},
-		{"fleet may not update outsiders", fleet, Attributes{Verb: "update", Resource: "nodes", Name: "g-1"}, Deny},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got, reason := z.Authorize(tt.user, tt.a); got != tt.want {
-				t.Fatalf("Authorize = %v (%s), want %v", got, reason, tt.want)
-			}
-		})
-	}
-}
-
 func TestNodeNames(t *testing.T) {
 	tests := []struct {
 		user string

@@ -1,6 +1,3 @@
-// Package auth authenticates requests by bearer token and authorizes them by group:
-// administrators, read-only viewers, and nodes, which may change only their own Node,
-// their own Lease and the pods bound to them (Kubernetes' node authorizer).
 package auth
 
 import (
@@ -20,6 +17,9 @@ type User struct {
 	Name   string
 	UID    string
 	Groups []string
+	// Extra is what else the authenticator knows (a ServiceAccount token's pod), keyed as
+	// Kubernetes keys user extras.
+	Extra map[string][]string
 }
 
 // InGroup reports whether u belongs to any of groups.
@@ -150,10 +150,36 @@ func NewToken() string {
 // Authenticate returns the user for an Authorization header value, or nil. The header
 // must be "Bearer <token>".
 func (a *TokenAuthenticator) Authenticate(header string) *User {
-	const prefix = "bearer "
-	if len(header) <= len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+	token, ok := BearerToken(header)
+	if !ok {
 		return nil
 	}
-	token := strings.TrimSpace(header[len(prefix):])
-	return a.tokens[token]
+	return a.Lookup(token)
+}
+
+// Lookup returns the user of a static token, or nil. The user is shared: callers copy
+// it before changing it.
+func (a *TokenAuthenticator) Lookup(token string) *User { return a.tokens[token] }
+
+// BearerToken returns the token of an Authorization header value "Bearer <token>"; ok is
+// false when the header carries none.
+func BearerToken(header string) (token string, ok bool) {
+	const prefix = "bearer "
+	if len(header) <= len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+		return "", false
+	}
+	token = strings.TrimSpace(header[len(prefix):])
+	return token, token != ""
+}
+
+// WithGroups returns a copy of u that also belongs to groups (those it is not in yet).
+func (u *User) WithGroups(groups ...string) *User {
+	out := *u
+	out.Groups = append([]string(nil), u.Groups...)
+	for _, g := range groups {
+		if !out.InGroup(g) {
+			out.Groups = append(out.Groups, g)
+		}
+	}
+	return &out
 }

@@ -25,6 +25,7 @@ what already exists on later runs (so restarting keeps the identities clients tr
   DIR/pki/etcd/<member>-peer.crt/.key         etcd member-to-member certificate
   DIR/pki/etcd/client.crt/.key                the API servers' client certificate for etcd
   DIR/pki/apiserver/<name>.crt/.key           serving certificate of each API server
+  DIR/pki/sa.key, sa.pub                      ServiceAccount token signing key (every API server's)
   DIR/tokens.csv                              bearer tokens (--token-file of the API servers)
   DIR/kubeconfig                              the administrator, for use from the host (--admin-server)
   DIR/kubeconfigs/<identity>.kubeconfig       admin, viewer, controller-manager, scheduler (--server)

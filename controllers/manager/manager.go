@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -14,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
@@ -36,6 +38,27 @@ const (
 	userAgentDaemonSet      = "daemon-set-controller"
 	userAgentLeaderElection = "leader-election"
 )
+
+// controllerServiceAccounts name the ServiceAccount in kube-system each controller acts
+// as with --use-service-account-credentials, by the controller's user agent: upstream's
+// names, which the API server's bootstrap policy binds to the roles
+// system:controller:<name>.
+var controllerServiceAccounts = map[string]string{
+	userAgentDaemonSet:         "daemon-set-controller",
+	garbagecollector.UserAgent: "generic-garbage-collector",
+	nodelifecycle.UserAgent:    "node-controller",
+}
+
+// ControllerServiceAccounts are the ServiceAccounts in kube-system the controllers act
+// as, for checks that the bootstrap policy binds a role to each.
+func ControllerServiceAccounts() []string {
+	var out []string
+	for _, sa := range controllerServiceAccounts {
+		out = append(out, sa)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // RunOptions are Run's dependencies. RestConfig is required.
 type RunOptions struct {
@@ -135,12 +158,38 @@ func Run(ctx context.Context, cfg configs.ControllerManager, opts RunOptions) er
 // and returns when ctx is cancelled and they have stopped.
 func runControllers(ctx context.Context, cfg configs.ControllerManager, opts RunOptions,
 	logger *slog.Logger, reg prometheus.Registerer, synced *atomic.Bool) error {
-	newClient := func(userAgent string) (kubernetes.Interface, error) {
+	own := func(userAgent string) (kubernetes.Interface, error) {
 		return component.NewClient(opts.RestConfig, userAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
 	}
-	informerClient, err := newClient(userAgentInformers)
+	// The shared informers list and watch with the controller-manager's own identity;
+	// each controller writes as its own ServiceAccount when so configured.
+	informerClient, err := own(userAgentInformers)
 	if err != nil {
 		return err
+	}
+	// newConfig is the client configuration of one controller: its own ServiceAccount's
+	// tokens when so configured, as kube-controller-manager's --use-service-account-credentials.
+	newConfig := func(userAgent string) (*rest.Config, error) {
+		base, err := component.ClientConfig(opts.RestConfig, userAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+		if err != nil || !cfg.UseServiceAccountCredentials {
+			return base, err
+		}
+		sa, ok := controllerServiceAccounts[userAgent]
+		if !ok {
+			return nil, fmt.Errorf("no service account for %s", userAgent)
+		}
+		return component.ServiceAccountConfig(informerClient, base, metav1.NamespaceSystem, sa), nil
+	}
+	newClient := func(userAgent string) (kubernetes.Interface, error) {
+		rc, err := newConfig(userAgent)
+		if err != nil {
+			return nil, err
+		}
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("client %s: %w", userAgent, err)
+		}
+		return client, nil
 	}
 	factory := informers.NewSharedInformerFactory(informerClient, 0)
 	defer factory.Shutdown()
@@ -150,7 +199,7 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, opts Run
 		if !cfg.ControllerEnabled(name) {
 			continue
 		}
-		c, err := newController(name, cfg, factory, newClient, opts, logger.With("controller", name), reg)
+		c, err := newController(name, cfg, factory, clients{newClient, newConfig}, opts, logger.With("controller", name), reg)
 		if err != nil {
 			return fmt.Errorf("controller %s: %w", name, err)
 		}
@@ -182,9 +231,15 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, opts Run
 }
 
 // newController builds one controller by name, from its section of cfg, with its own client.
+// clients make each controller's API clients, by user agent.
+type clients struct {
+	newClient func(userAgent string) (kubernetes.Interface, error)
+	newConfig func(userAgent string) (*rest.Config, error)
+}
+
 func newController(name string, cfg configs.ControllerManager, factory informers.SharedInformerFactory,
-	newClient func(string) (kubernetes.Interface, error), opts RunOptions, logger *slog.Logger,
-	reg prometheus.Registerer) (controller, error) {
+	cl clients, opts RunOptions, logger *slog.Logger, reg prometheus.Registerer) (controller, error) {
+	newClient := cl.newClient
 	clk := opts.Clock
 	switch name {
 	case configs.ControllerDaemonSet:
@@ -204,7 +259,7 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 		}
 		return controller{name: name, run: c.Run}, nil
 	case configs.ControllerGarbageCollector:
-		restConfig, err := component.ClientConfig(opts.RestConfig, garbagecollector.UserAgent, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+		restConfig, err := cl.newConfig(garbagecollector.UserAgent)
 		if err != nil {
 			return controller{}, err
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
 	"github.com/miniplane/miniplane/configs"
@@ -18,10 +19,10 @@ import (
 const (
 	AdminUser             = "admin"
 	ViewerUser            = "viewer"
-	ControllerManagerUser = "system:kube-controller-manager"
-	SchedulerUser         = "system:kube-scheduler"
-	// ViewerGroup is the read-only group of the default authorizer configuration
-	// (configs.APIServer.ReadOnlyGroups).
+	ControllerManagerUser = auth.ControllerManagerUser
+	SchedulerUser         = auth.SchedulerUser
+	// ViewerGroup is the group the bootstrap policy binds to the ClusterRole
+	// miniplane:viewer by default (configs.APIServer.ReadOnlyGroups).
 	ViewerGroup = "miniplane:viewers"
 )
 
@@ -38,8 +39,10 @@ func Components() []Component {
 	return []Component{
 		{"admin", auth.User{Name: AdminUser, UID: "admin", Groups: []string{auth.AdminGroup}}},
 		{"viewer", auth.User{Name: ViewerUser, UID: "viewer", Groups: []string{ViewerGroup}}},
-		{"controller-manager", auth.User{Name: ControllerManagerUser, UID: "kube-controller-manager", Groups: []string{auth.AdminGroup}}},
-		{"scheduler", auth.User{Name: SchedulerUser, UID: "kube-scheduler", Groups: []string{auth.AdminGroup}}},
+		// The components are in no group: the bootstrap policy binds their roles to their
+		// user names, as upstream's does.
+		{"controller-manager", auth.User{Name: ControllerManagerUser, UID: "kube-controller-manager"}},
+		{"scheduler", auth.User{Name: SchedulerUser, UID: "kube-scheduler"}},
 	}
 }
 
@@ -73,8 +76,9 @@ func StubIdentity(cfg configs.KubeletStub) auth.User {
 }
 
 // EnsureTokens makes sure the token file at path holds a token for each user, keeping
-// tokens that already exist (so kubeconfigs written earlier stay valid), and returns
-// user name → token.
+// tokens that already exist (so kubeconfigs written earlier stay valid) but giving each
+// listed user the UID and groups it has now (a data dir made by an older miniplane had the
+// components in system:masters), and returns user name → token.
 func EnsureTokens(path string, users []auth.User) (map[string]string, error) {
 	var entries []auth.TokenEntry
 	if f, err := os.Open(path); err == nil {
@@ -86,24 +90,31 @@ func EnsureTokens(path string, users []auth.User) (map[string]string, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	tokens := map[string]string{}
-	for _, e := range entries {
-		tokens[e.User.Name] = e.Token
+	index := map[string]int{}
+	for i, e := range entries {
+		index[e.User.Name] = i
 	}
 	changed := false
 	for _, u := range users {
-		if _, ok := tokens[u.Name]; ok {
+		if i, ok := index[u.Name]; ok {
+			if e := &entries[i]; e.User.UID != u.UID || !slices.Equal(e.User.Groups, u.Groups) {
+				e.User.UID, e.User.Groups = u.UID, u.Groups
+				changed = true
+			}
 			continue
 		}
-		t := auth.NewToken()
-		entries = append(entries, auth.TokenEntry{Token: t, User: u})
-		tokens[u.Name] = t
+		index[u.Name] = len(entries)
+		entries = append(entries, auth.TokenEntry{Token: auth.NewToken(), User: u})
 		changed = true
 	}
 	if changed {
 		if err := auth.WriteTokenFile(path, entries); err != nil {
 			return nil, err
 		}
+	}
+	tokens := map[string]string{}
+	for _, e := range entries {
+		tokens[e.User.Name] = e.Token
 	}
 	return tokens, nil
 }

@@ -22,6 +22,7 @@ import (
 //	pki/etcd/<member>-peer.crt/.key         etcd member-to-member certificate
 //	pki/etcd/client.crt/.key                the API servers' client certificate for etcd
 //	pki/apiserver/<name>.crt/.key           serving certificate of each API server
+//	pki/sa.key, sa.pub                      the key signing ServiceAccount tokens
 //	tokens.csv                              bearer tokens (the API servers' token file)
 //	kubeconfig                              the administrator, for use from the host
 //	kubeconfigs/<component>.kubeconfig      admin, viewer, controller-manager, scheduler
@@ -59,6 +60,10 @@ func EnsureDeployment(cfg configs.Certs, log *slog.Logger) error {
 		u := FleetIdentity(p)
 		users = append(users, u)
 		kubeconfigs = append(kubeconfigs, kubeconfig{filepath.Join(cfg.Dir, "kubeconfigs", "fleets", p+".kubeconfig"), u})
+	}
+	// Both API servers sign and verify ServiceAccount tokens with this one key.
+	if _, err := pki.EnsureServiceAccountKey(filepath.Join(pkiDir, "sa.key")); err != nil {
+		return fmt.Errorf("service account key: %w", err)
 	}
 	tokens, err := EnsureTokens(filepath.Join(cfg.Dir, "tokens.csv"), users)
 	if err != nil {

@@ -88,21 +88,25 @@ func TestEnsureDeployment(t *testing.T) {
 		groups[e.User.Name] = e.User.Groups
 		tokens[e.User.Name] = e.Token
 	}
-	wantGroups := map[string]string{
-		"admin":                          "system:masters",
-		"viewer":                         "miniplane:viewers",
-		"system:kube-controller-manager": "system:masters",
-		"system:kube-scheduler":          "system:masters",
-		"system:node:node-a":             "system:nodes",
-		"system:node-fleet:fleet":        "system:nodes",
+	// The components are in no group: RBAC binds their roles to their user names.
+	wantGroups := map[string][]string{
+		"admin":                          {"system:masters"},
+		"viewer":                         {"miniplane:viewers"},
+		"system:kube-controller-manager": nil,
+		"system:kube-scheduler":          nil,
+		"system:node:node-a":             {"system:nodes"},
+		"system:node-fleet:fleet":        {"system:nodes"},
 	}
 	if len(groups) != len(wantGroups) {
 		t.Errorf("token file users = %v, want %d users", groups, len(wantGroups))
 	}
 	for user, g := range wantGroups {
-		if !slices.Contains(groups[user], g) {
-			t.Errorf("user %s groups = %v, want %s", user, groups[user], g)
+		if !slices.Equal(groups[user], g) {
+			t.Errorf("user %s groups = %v, want %v", user, groups[user], g)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pki", "sa.key")); err != nil {
+		t.Errorf("service account key: %v", err)
 	}
 
 	kubeconfigs := []struct{ file, server, user string }{
@@ -153,6 +157,32 @@ func TestEnsureDeployment(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "kubeconfigs", "nodes", "node-b.kubeconfig")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestEnsureTokensUpdatesIdentities: a token file from before keeps its tokens but its
+// users get the groups they have now.
+func TestEnsureTokensUpdatesIdentities(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.csv")
+	old := auth.User{Name: ControllerManagerUser, UID: "kube-controller-manager", Groups: []string{"system:masters"}}
+	first, err := EnsureTokens(path, []auth.User{old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := auth.User{Name: ControllerManagerUser, UID: "kube-controller-manager"}
+	second, err := EnsureTokens(path, []auth.User{now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[ControllerManagerUser] != second[ControllerManagerUser] {
+		t.Fatal("the token changed")
+	}
+	a, err := auth.LoadTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := a.Lookup(second[ControllerManagerUser]); u == nil || len(u.Groups) != 0 {
+		t.Fatalf("user after update = %+v, want no groups", u)
 	}
 }
 

@@ -110,6 +110,7 @@ func TestCompose(t *testing.T) {
 		}
 		waitDaemonSetRolledOut(ctx, t, client, "registry.example/fault-agent:1", 3*time.Minute)
 	})
+	step("least privilege", func(t *testing.T) { leastPrivilege(ctx, t, s, client) })
 	step("etcd member stopped", func(t *testing.T) { etcdMemberDown(ctx, t, s, client) })
 	step("controller-manager leader killed", func(t *testing.T) { controllerManagerFailover(ctx, t, s, client, timings) })
 	step("kubelet stopped", func(t *testing.T) { kubeletDown(ctx, t, s, client, timings) })

@@ -23,7 +23,7 @@ const (
 	ViewerUser            = credentials.ViewerUser
 	ControllerManagerUser = credentials.ControllerManagerUser
 	SchedulerUser         = credentials.SchedulerUser
-	// ViewerGroup is the read-only group of the default authorizer configuration.
+	// ViewerGroup is the group the bootstrap policy binds to the ClusterRole miniplane:viewer.
 	ViewerGroup = credentials.ViewerGroup
 )
 
