@@ -232,7 +232,9 @@ func (s *Server) routes() http.Handler {
 		r.PathPrefix(profiling.Path).Handler(profiling.Handler())
 	}
 	r.HandleFunc("/api", s.serveCoreVersions).Methods(http.MethodGet)
+	r.HandleFunc("/api/", s.serveCoreVersions).Methods(http.MethodGet)
 	r.HandleFunc("/apis", s.serveGroups).Methods(http.MethodGet)
+	r.HandleFunc("/apis/", s.serveGroups).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v2", s.serveOpenAPIV2).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v3", s.serveOpenAPIRoot).Methods(http.MethodGet)
 	r.HandleFunc("/openapi/v3/{path:.+}", s.serveOpenAPIGroupVersion).Methods(http.MethodGet)

@@ -35,13 +35,14 @@ func TestStatusSubresource(t *testing.T) {
 		if !n.Spec.Unschedulable || n.Labels["role"] != "worker" || n.Status.Conditions[0].Status != corev1.ConditionTrue {
 			t.Fatalf("main update: unschedulable %v labels %v ready %s", n.Spec.Unschedulable, n.Labels, n.Status.Conditions[0].Status)
 		}
-		// Status: status changes, spec and labels do not.
+		// Status: status changes, spec does not; labels do, as kube-apiserver lets a
+		// node's status write change them.
 		n.Spec.Unschedulable = false
 		n.Labels["role"] = "changed-by-status"
 		n.Status.Conditions[0].Status = corev1.ConditionFalse
 		n, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		check(t, err)
-		if !n.Spec.Unschedulable || n.Labels["role"] != "worker" || n.Status.Conditions[0].Status != corev1.ConditionFalse {
+		if !n.Spec.Unschedulable || n.Labels["role"] != "changed-by-status" || n.Status.Conditions[0].Status != corev1.ConditionFalse {
 			t.Fatalf("status update: unschedulable %v labels %v ready %s", n.Spec.Unschedulable, n.Labels, n.Status.Conditions[0].Status)
 		}
 		stored, err := nodes.Get(ctx, "n1", metav1.GetOptions{})
@@ -71,13 +72,15 @@ func TestStatusSubresource(t *testing.T) {
 		p.Status.PodIP = "10.0.0.5"
 		p.Spec.Containers[0].Image = "registry.example/app:9"
 		p.Labels["touched"] = "by-status"
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u"}}
 		p, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
 		check(t, err)
 		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP != "10.0.0.5" {
 			t.Fatalf("status update: phase %s ip %s", p.Status.Phase, p.Status.PodIP)
 		}
-		if p.Spec.Containers[0].Image != "registry.example/app:1.0" || p.Labels["touched"] != "yes" {
-			t.Fatalf("status update changed spec or labels: image %s labels %v", p.Spec.Containers[0].Image, p.Labels)
+		// Labels may change through pods/status, spec and owners may not (as kube-apiserver).
+		if p.Spec.Containers[0].Image != "registry.example/app:1.0" || p.Labels["touched"] != "by-status" || len(p.OwnerReferences) != 0 {
+			t.Fatalf("status update: image %s labels %v owners %v", p.Spec.Containers[0].Image, p.Labels, p.OwnerReferences)
 		}
 		// Terminal phases are final.
 		p.Status.Phase = corev1.PodSucceeded
@@ -106,6 +109,7 @@ func TestStatusSubresource(t *testing.T) {
 		}
 		ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 3, CurrentNumberScheduled: 2, NumberReady: 1, ObservedGeneration: 2, CollisionCount: ptrTo(int32(1))}
 		ds.Spec.MinReadySeconds = 9
+		ds.Labels = map[string]string{"set": "by-status"}
 		ds.Spec.Template.Spec.Containers[0].Image = "registry.example/agent:9"
 		ds, err = dss.UpdateStatus(ctx, ds, metav1.UpdateOptions{})
 		check(t, err)
@@ -115,6 +119,9 @@ func TestStatusSubresource(t *testing.T) {
 		if ds.Spec.MinReadySeconds != 4 || ds.Spec.Template.Spec.Containers[0].Image != "registry.example/agent:1.0" || ds.Generation != 2 {
 			t.Fatalf("status update changed spec or generation: minReadySeconds %d image %s generation %d",
 				ds.Spec.MinReadySeconds, ds.Spec.Template.Spec.Containers[0].Image, ds.Generation)
+		}
+		if ds.Labels["set"] != "" {
+			t.Fatalf("a DaemonSet's status write changed its labels (%v): apps kinds keep their metadata", ds.Labels)
 		}
 		if ds.Annotations["deprecated.daemonset.template.generation"] != "1" {
 			t.Fatalf("status update changed the template generation: %v", ds.Annotations)

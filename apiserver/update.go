@@ -328,11 +328,16 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 	nm.SetGeneration(om.GetGeneration())
 	nm.SetSelfLink("")
 	if status {
-		// A status write changes status only: metadata a client may edit stays as stored.
-		nm.SetLabels(om.GetLabels())
-		nm.SetAnnotations(om.GetAnnotations())
-		nm.SetFinalizers(om.GetFinalizers())
+		// A status write keeps the owners as stored. Of the other metadata a client may
+		// edit, kube-apiserver lets the status of core kinds (a kubelet's pods and node)
+		// and of custom resources change it, and resets it for the others
+		// (metav1.ResetObjectMetaForStatus in the apps, batch, policy … strategies).
 		nm.SetOwnerReferences(om.GetOwnerReferences())
+		if res.group != "" && res.custom == nil {
+			nm.SetLabels(om.GetLabels())
+			nm.SetAnnotations(om.GetAnnotations())
+			nm.SetFinalizers(om.GetFinalizers())
+		}
 		res.strategy.prepareForStatusUpdate(next, cur, now)
 	} else {
 		res.strategy.prepareForUpdate(next, cur, now)
