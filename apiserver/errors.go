@@ -34,7 +34,11 @@ func toAPIError(err error, gr schema.GroupResource, name string) *apierrors.Stat
 	case errors.Is(err, store.ErrConflict):
 		return apierrors.NewConflict(gr, name, errors.New(msg))
 	case errors.Is(err, store.ErrExpired):
-		return apierrors.NewResourceExpired(msg)
+		se := apierrors.NewResourceExpired(msg)
+		if storeErr != nil {
+			se.ErrStatus.ListMeta.Continue = storeErr.Continue
+		}
+		return se
 	case errors.Is(err, store.ErrInvalidObject):
 		return apierrors.NewBadRequest(msg)
 	}

@@ -147,6 +147,9 @@ type continueToken struct {
 	StartKey   string `json:"start"`
 }
 
+// inconsistentRevision in a continue token means "the newest revision".
+const inconsistentRevision = -1
+
 func encodeContinue(rev int64, nextKeyRel string) string {
 	data, _ := json.Marshal(continueToken{APIVersion: "meta.k8s.io/v1", Revision: rev, StartKey: nextKeyRel})
 	return base64.RawURLEncoding.EncodeToString(data)
@@ -161,8 +164,13 @@ func decodeContinue(token, prefix string) (rev int64, startKey string, err error
 	if err := json.Unmarshal(data, &t); err != nil || t.APIVersion != "meta.k8s.io/v1" {
 		return 0, "", newError(ErrInvalidObject, "", "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
 	}
-	if t.Revision <= 0 || strings.Contains(t.StartKey, "..") || strings.HasPrefix(t.StartKey, "/") {
+	// Revision -1 (inconsistentRevision) is a token handed out with an expired one: it
+	// continues at the newest revision.
+	if t.Revision == 0 || t.Revision < inconsistentRevision || strings.Contains(t.StartKey, "..") || strings.HasPrefix(t.StartKey, "/") {
 		return 0, "", newError(ErrInvalidObject, "", "continue key is not valid")
+	}
+	if t.Revision == inconsistentRevision {
+		return 0, prefix + t.StartKey, nil
 	}
 	return t.Revision, prefix + t.StartKey, nil
 }
@@ -196,7 +204,9 @@ func (s *EtcdStore) List(ctx context.Context, prefix string, opts ListOptions) (
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {
 				if opts.Continue != "" {
-					return nil, newError(ErrExpired, prefix, "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+					return nil, &Error{Err: ErrExpired, Key: prefix,
+						Message:  "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+						Continue: encodeContinue(inconsistentRevision, strings.TrimPrefix(startKey, prefix))}
 				}
 				return nil, newError(ErrExpired, prefix, "The resourceVersion for the provided list is too old.")
 			}

@@ -33,6 +33,10 @@ type Error struct {
 	Key string
 	// Message is what a user should read.
 	Message string
+	// Continue, on an ErrExpired answer to a paginated list, resumes the list from where
+	// the expired token left off at the newest revision: an inconsistent list, as
+	// kube-apiserver offers one.
+	Continue string
 }
 
 func (e *Error) Error() string {
