@@ -58,10 +58,10 @@ func (s *Server) authenticateToken(ctx context.Context, token string, audiences 
 	}
 	claims, err := s.saVerifier.VerifyFor(token, audiences)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errUnauthenticated, err)
+		return nil, nil, fmt.Errorf("%w: %w", errUnauthenticated, err)
 	}
 	if err := s.checkTokenObjects(ctx, claims); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errUnauthenticated, err)
+		return nil, nil, fmt.Errorf("%w: %w", errUnauthenticated, err)
 	}
 	return claims.User().WithGroups(user.AllAuthenticated), claims.Audiences, nil
 }

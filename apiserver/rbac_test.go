@@ -54,7 +54,7 @@ func TestServiceAccountTokenWithKubectl(t *testing.T) {
 	eventually(t, "the reader's binding to take effect", func() (bool, error) {
 		_, e, err := as("-n", "ns", "get", "pods")
 		stderr = e
-		return err == nil, fmt.Errorf("%v: %s", err, e)
+		return err == nil, fmt.Errorf("%w: %s", err, e)
 	})
 	_, stderr, err := as("-n", "ns", "get", "secrets")
 	if err == nil || !strings.Contains(stderr, `secrets is forbidden: User "system:serviceaccount:ns:reader" cannot list resource "secrets" in API group "" in the namespace "ns"`) {
@@ -115,7 +115,7 @@ func TestServiceAccountTokenWithKubectl(t *testing.T) {
 	k.run("-n", "ns", "delete", "sa", "reader")
 	eventually(t, "the token to stop working", func() (bool, error) {
 		_, e, err := as("-n", "ns", "get", "pods")
-		return err != nil && strings.Contains(e, "Unauthorized"), fmt.Errorf("%v: %s", err, e)
+		return err != nil && strings.Contains(e, "Unauthorized"), fmt.Errorf("%w: %s", err, e)
 	})
 }
 

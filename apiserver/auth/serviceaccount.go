@@ -318,7 +318,7 @@ func (v *TokenVerifier) VerifyFor(token string, audiences []string) (*TokenClaim
 func (v *TokenVerifier) verifySignature(token string) (*TokenClaims, error) {
 	tok, err := jwt.ParseSigned(token, v.algs)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if len(tok.Headers) != 1 {
 		return nil, fmt.Errorf("%w: want one signature", ErrInvalidToken)
@@ -330,7 +330,7 @@ func (v *TokenVerifier) verifySignature(token string) (*TokenClaims, error) {
 	var public jwt.Claims
 	var private privateClaims
 	if err := tok.Claims(key, &public, &private); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if public.Issuer != v.issuer {
 		return nil, ErrNotServiceAccountToken // another issuer's JWT
