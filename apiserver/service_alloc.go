@@ -40,13 +40,27 @@ type rangeAllocator struct {
 	key       string
 	rangeText string // RangeAllocation.range, e.g. "10.96.0.0/12"
 	size      int
+	// static is the size of the lower band kept for values asked for by name: random picks
+	// come from above it while any is free there, so a Service that asks for a fixed IP or
+	// port does not lose it to one that did not care (kube-apiserver's static subrange).
+	static int
 
 	mu  sync.Mutex
 	rnd *rand.Rand
 }
 
-func newRangeAllocator(st store.Store, key, rangeText string, size int) *rangeAllocator {
-	return &rangeAllocator{store: st, key: key, rangeText: rangeText, size: size, rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+func newRangeAllocator(st store.Store, key, rangeText string, size, static int) *rangeAllocator {
+	return &rangeAllocator{store: st, key: key, rangeText: rangeText, size: size, static: static, rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+}
+
+// staticBand returns the size of a range's band for requested values as kube-apiserver
+// sizes it: rangeSize/step, but at least lo and at most hi, and none for ranges of lo or
+// fewer values.
+func staticBand(rangeSize, lo, hi, step int) int {
+	if rangeSize <= lo {
+		return 0
+	}
+	return min(max(rangeSize/step, lo), hi)
 }
 
 // change claims the offsets in want (failing with errTaken if one is taken), claims n more
@@ -97,14 +111,27 @@ func (a *rangeAllocator) change(ctx context.Context, want []int, n int, free []i
 	return picked, err
 }
 
-// pick returns a free offset, starting the search at a random one so that values are
-// spread as kube-apiserver spreads them.
+// pick returns a free offset, from above the static band while one is free there, else from
+// within it; each search starts at a random offset so that values are spread as
+// kube-apiserver spreads them.
 func (a *rangeAllocator) pick(bits []byte) (int, bool) {
+	if o, ok := a.pickIn(bits, a.static, a.size); ok {
+		return o, true
+	}
+	return a.pickIn(bits, 0, a.static)
+}
+
+// pickIn returns a free offset in [lo, hi).
+func (a *rangeAllocator) pickIn(bits []byte, lo, hi int) (int, bool) {
+	n := hi - lo
+	if n <= 0 {
+		return 0, false
+	}
 	a.mu.Lock()
-	start := a.rnd.IntN(a.size)
+	start := a.rnd.IntN(n)
 	a.mu.Unlock()
-	for i := 0; i < a.size; i++ {
-		o := (start + i) % a.size
+	for i := 0; i < n; i++ {
+		o := lo + (start+i)%n
 		if bits[o/8]&(1<<(o%8)) == 0 {
 			return o, true
 		}
@@ -138,10 +165,11 @@ func newServiceAllocator(st store.Store, prefix string, cidr *net.IPNet, firstPo
 	ones, bits := cidr.Mask.Size()
 	// The network and broadcast addresses are never handed out.
 	size := 1<<(bits-ones) - 2
+	ports := lastPort - firstPort + 1
 	portRange := fmt.Sprintf("%d-%d", firstPort, lastPort)
 	return &serviceAllocator{
-		ips:       newRangeAllocator(st, prefix+"/ranges/serviceips", cidr.String(), size),
-		ports:     newRangeAllocator(st, prefix+"/ranges/servicenodeports", portRange, lastPort-firstPort+1),
+		ips:       newRangeAllocator(st, prefix+"/ranges/serviceips", cidr.String(), size, staticBand(1<<(bits-ones), 16, 256, 16)),
+		ports:     newRangeAllocator(st, prefix+"/ranges/servicenodeports", portRange, ports, staticBand(ports, 16, 128, 32)),
 		cidr:      cidr,
 		base:      binary.BigEndian.Uint32(cidr.IP.To4()),
 		firstPort: firstPort,
