@@ -318,8 +318,10 @@ func ownedBy(owners ...*metav1.PartialObjectMetadata) []metav1.OwnerReference {
 	return refs
 }
 
-// waitTimeout bounds every wait for the collector's workers and informers.
-const waitTimeout = 5 * time.Second
+// waitTimeout bounds every wait for the collector's workers and informers. A run takes well
+// under a second; the margin is for the race detector on a loaded two-core machine, where 5 s
+// once ran out.
+const waitTimeout = 30 * time.Second
 
 // testPeriod is the discovery period of test collectors; tests step the fake clock by it.
 const testPeriod = 30 * time.Second
