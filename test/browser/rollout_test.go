@@ -151,9 +151,12 @@ func TestRollout(t *testing.T) {
 
 	// Every node of the DaemonSet, Available on the current revision.
 	b.run(10*time.Second, "open the DaemonSet", chromedp.Navigate(env.URL+"/ui/#/ds/default/agent"))
-	b.waitJS(30*time.Second, "3 available cells on the new revision",
-		`[...document.querySelectorAll('#grid .cell')].filter(c => c.dataset.state === 'available' && c.dataset.rev === 'new').length === 3`,
-		`document.getElementById('grid').innerHTML.slice(0, 2000)`)
+	// The overview's cells may read the same until the page has switched views: wait for the
+	// DaemonSet's grid, drawn from its own listed pods.
+	b.waitJS(30*time.Second, "3 available cells on the new revision in the DaemonSet's grid",
+		`document.getElementById('grid-title').textContent === 'Nodes: default/agent' && document.getElementById('grid').dataset.complete === 'true' &&
+		[...document.querySelectorAll('#grid .cell')].filter(c => c.dataset.state === 'available' && c.dataset.rev === 'new').length === 3`,
+		`document.getElementById('grid-title').textContent + ' ' + document.getElementById('grid').innerHTML.slice(0, 2000)`)
 	states, err := b.cellStates()
 	if err != nil {
 		t.Fatal(err)

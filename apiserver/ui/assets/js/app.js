@@ -152,6 +152,7 @@ function route() {
   app.chart.reset();
   app.timeline.reset([]);
   perf.gridCompleteAt = 0;
+  delete app.grid.el.dataset.complete;
   $('overview').hidden = view.kind !== 'overview';
   $('dsview').hidden = view.kind !== 'ds';
   $('ds-panels').hidden = view.kind !== 'ds';
@@ -215,7 +216,7 @@ function startPods(path, params) {
 
 function startRevisions(path, params) {
   app.revisions = new Informer(app.client, path, params, {
-    onSync: () => revisionsChanged(),
+    onSync: () => { revisionsChanged(); markAll(); },
     onEvent: () => revisionsChanged(),
     onError: informerError,
   }).start();
@@ -307,6 +308,12 @@ function recompute() {
   const names = app.allDirty ? app.nodeNames : [...app.dirty];
   app.allDirty = false;
   app.dirty.clear();
+  // Until the view's pods and revisions are listed, a node without a pod is not known to be
+  // missing one: its cell says loading rather than "not yet created".
+  if (!viewSynced()) {
+    for (const name of names) app.grid.update({ node: name, state: 'unknown', text: `${name}: loading` });
+    return;
+  }
   const now = Date.now();
   const ds = viewDS();
   const all = app.dss ? [...app.dss.items.values()] : [];
