@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/miniplane/miniplane/configs"
 )
@@ -18,8 +22,9 @@ const startTimeout = 2 * time.Minute
 
 // EmbeddedEtcd is an etcd member running inside this process.
 type EmbeddedEtcd struct {
-	etcd *embed.Etcd
-	cfg  configs.Etcd
+	etcd    *embed.Etcd
+	cfg     configs.Etcd
+	closing *atomic.Bool
 }
 
 // StartEmbeddedEtcd starts a member as cfg describes and waits until it serves clients.
@@ -31,16 +36,20 @@ func StartEmbeddedEtcd(cfg configs.Etcd, logLevel string) (*EmbeddedEtcd, error)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("etcd data dir: %w", err)
 	}
+	var err error
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name
 	ec.Dir = cfg.DataDir
 	ec.LogLevel = logLevel
+	closing := new(atomic.Bool)
+	if ec.ZapLoggerBuilder, err = quietOnCloseLogger(logLevel, closing); err != nil {
+		return nil, err
+	}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	// Watch progress lets the API server's watch cache learn the current revision without
 	// waiting for a change; kube-apiserver relies on the same.
 	ec.WatchProgressNotifyInterval = 5 * time.Second
-	var err error
 	if ec.ListenClientUrls, err = parseURLs(cfg.ListenClientURLs); err != nil {
 		return nil, fmt.Errorf("--listen-client-urls: %w", err)
 	}
@@ -88,7 +97,7 @@ func StartEmbeddedEtcd(cfg configs.Etcd, logLevel string) (*EmbeddedEtcd, error)
 		e.Close()
 		return nil, errors.New("etcd did not become ready within 2m (is a quorum of members up?)")
 	}
-	return &EmbeddedEtcd{etcd: e, cfg: cfg}, nil
+	return &EmbeddedEtcd{etcd: e, cfg: cfg, closing: closing}, nil
 }
 
 // ClientURLs returns the URLs clients should use to reach this member.
@@ -108,7 +117,47 @@ func (e *EmbeddedEtcd) ClientURLs() []string {
 func (e *EmbeddedEtcd) Err() <-chan error { return e.etcd.Err() }
 
 // Close stops the member, flushing its data to disk.
-func (e *EmbeddedEtcd) Close() { e.etcd.Close() }
+func (e *EmbeddedEtcd) Close() {
+	e.closing.Store(true)
+	e.etcd.Close()
+}
+
+// serveFailed is what etcd logs, at error level with a stack trace, for each of its listeners
+// when Close stops them: on a clean stop it reports nothing wrong.
+const serveFailed = "setting up serving from embedded etcd failed."
+
+// quietOnCloseLogger builds etcd's usual logger (JSON to stderr at level), except that once
+// closing is set it drops serveFailed, so that Ctrl-C does not end in error stack traces.
+func quietOnCloseLogger(level string, closing *atomic.Bool) (func(*embed.Config) error, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("etcd log level: %w", err)
+	}
+	zc := logutil.DefaultZapLoggerConfig
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	lg, err := zc.Build(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return quietOnClose{Core: c, closing: closing} }))
+	if err != nil {
+		return nil, fmt.Errorf("etcd logger: %w", err)
+	}
+	return embed.NewZapLoggerBuilder(lg), nil
+}
+
+// quietOnClose is a zap core that drops serveFailed once closing is set.
+type quietOnClose struct {
+	zapcore.Core
+	closing *atomic.Bool
+}
+
+func (q quietOnClose) With(fields []zapcore.Field) zapcore.Core {
+	return quietOnClose{Core: q.Core.With(fields), closing: q.closing}
+}
+
+func (q quietOnClose) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if ent.Message == serveFailed && q.closing.Load() {
+		return ce
+	}
+	return q.Core.Check(ent, ce)
+}
 
 func parseURLs(ss []string) ([]url.URL, error) {
 	out := make([]url.URL, 0, len(ss))
