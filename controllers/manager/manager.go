@@ -191,7 +191,7 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, opts Run
 		}
 		return client, nil
 	}
-	factory := informers.NewSharedInformerFactory(informerClient, 0)
+	factory := component.NewInformerFactory(informerClient, 0)
 	defer factory.Shutdown()
 
 	var controllers []controller

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
@@ -108,7 +107,7 @@ func Run(ctx context.Context, cfg configs.Scheduler, opts RunOptions) error {
 // informer factory, so that a new leader starts from a fresh list. It returns when ctx is
 // cancelled, or at once with an error when the scheduler cannot be built.
 func runTerm(ctx context.Context, cfg configs.Scheduler, deps Options) error {
-	deps.Informers = informers.NewSharedInformerFactory(deps.Client, 0)
+	deps.Informers = component.NewInformerFactory(deps.Client, 0)
 	s, err := New(cfg, deps)
 	if err != nil {
 		return err
