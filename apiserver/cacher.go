@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -288,6 +289,17 @@ func (c *cacher) apply(ev store.Event) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ce.prev = c.objects[cur.key]
+	if ce.prev != nil {
+		// Most changes (status updates) leave the labels and the selectable fields as
+		// they were: the versions then share one copy of each, which history would
+		// otherwise hold once per version (a map of a dozen fields per pod version).
+		if maps.Equal(cur.fields, ce.prev.fields) {
+			cur.fields = ce.prev.fields
+		}
+		if maps.Equal(cur.labels, ce.prev.labels) {
+			cur.labels = ce.prev.labels
+		}
+	}
 	switch ev.Type {
 	case store.Added:
 		ce.typ = watch.Added

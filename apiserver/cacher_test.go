@@ -719,3 +719,29 @@ func TestCacherCompactsSupersededVersions(t *testing.T) {
 		t.Errorf("list app=db: %d objects, want %d", len(got), compactLag+50)
 	}
 }
+
+// TestCacherSharesUnchangedFields: a version whose labels and selectable fields are those
+// of the version before shares their maps; a change of either gets its own.
+func TestCacherSharesUnchangedFields(t *testing.T) {
+	ct := newCacheTest(t, 100)
+	p := testPod("a", "n1", web)
+	ready := p.DeepCopy()
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	moved := testPod("a", "n2", db)
+	ct.feed(added(11, p), modified(12, ready), modified(13, moved))
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	ct.c.mu.RLock()
+	defer ct.c.mu.RUnlock()
+	v11, v12, v13 := ct.c.history[0].cur, ct.c.history[1].cur, ct.c.history[2].cur
+	if !same(v11.fields, v12.fields) || !same(v11.labels, v12.labels) {
+		t.Error("a status change did not share the labels and fields of the version before")
+	}
+	if same(v12.fields, v13.fields) || same(v12.labels, v13.labels) {
+		t.Error("a change of node and labels shares the maps of the version before")
+	}
+	if v13.fields["spec.nodeName"] != "n2" || v13.labels["app"] != "db" || v12.fields["spec.nodeName"] != "n1" {
+		t.Errorf("fields %v and labels %v after the move, %v before", v13.fields, v13.labels, v12.fields)
+	}
+}
