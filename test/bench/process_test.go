@@ -161,6 +161,11 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 		})
 	res.ready = time.Since(created)
 	up1, fleet1 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	if *flagMemProfile != "" {
+		// What is live at the busiest moment, when the resident set peaks, rather than what
+		// stays once the work is done; taken after the CPU reading, so it is not counted.
+		writeRemoteHeapProfile(b, c, fmt.Sprintf("%d-ready", n))
+	}
 	res.up.readyCPU, res.fleet.readyCPU = up1-up0, fleet1-fleet0
 	_, last, count := pods.stats()
 	if count < n {
@@ -192,7 +197,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	res.up.rollingCPU, res.fleet.rollingCPU = up2-up1, fleet2-fleet1
 	time.Sleep(settleFor)
 	if *flagMemProfile != "" {
-		writeRemoteHeapProfile(b, c, n)
+		writeRemoteHeapProfile(b, c, strconv.Itoa(n))
 	}
 	for _, p := range []struct {
 		pid int
@@ -298,15 +303,16 @@ func measureEtcdFloor(b *testing.B, dir string) float64 {
 }
 
 // writeRemoteHeapProfile saves the API server process's heap profile (served to admins
-// under /debug/pprof) to -bench.memprofile with "-up-N" inserted before the extension.
-func writeRemoteHeapProfile(b *testing.B, c kubernetes.Interface, n int) {
+// under /debug/pprof) to -bench.memprofile with "-up-" and tag inserted before the
+// extension.
+func writeRemoteHeapProfile(b *testing.B, c kubernetes.Interface, tag string) {
 	b.Helper()
 	data, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(context.Background())
 	if err != nil {
 		b.Fatalf("heap profile: %v", err)
 	}
 	ext := filepath.Ext(*flagMemProfile)
-	path := fmt.Sprintf("%s-up-%d%s", strings.TrimSuffix(*flagMemProfile, ext), n, ext)
+	path := fmt.Sprintf("%s-up-%s%s", strings.TrimSuffix(*flagMemProfile, ext), tag, ext)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		b.Fatal(err)
 	}
