@@ -47,7 +47,7 @@ func (s *Server) checkNamespaceOpen(ctx context.Context, namespace string, res *
 	key := nsRes.key(s.cfg.EtcdPrefix, "", namespace)
 	var ns *corev1.Namespace
 	if co, ok := nsRes.cache.get(key); ok {
-		ns = co.obj.(*corev1.Namespace)
+		ns = co.object().(*corev1.Namespace)
 	} else {
 		// The cache may not have seen a namespace created a moment ago.
 		obj, err := s.store.Get(ctx, key)
@@ -170,7 +170,7 @@ func (f *namespaceFinalizer) run(ctx context.Context) {
 		items, _ := f.s.namespaces().cache.list(&watchFilter{})
 		terminating := map[string]time.Time{}
 		for _, it := range items {
-			ns := it.obj.(*corev1.Namespace)
+			ns := it.object().(*corev1.Namespace)
 			if ns.DeletionTimestamp == nil {
 				continue
 			}

@@ -215,7 +215,7 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 	key := c.key(c.info.namespace, c.info.name)
 	var suggestion runtime.Object
 	if co, ok := res.cache.get(key); ok {
-		suggestion = co.obj
+		suggestion = co.object()
 	}
 	var last, before runtime.Object
 	removed := false
