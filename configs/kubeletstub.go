@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -30,9 +29,13 @@ const (
 	// DefaultStubNodeCIDRMaskSize gives each node 254 pod IPs, above the default 110 max
 	// pods, when pod-cidr is set.
 	DefaultStubNodeCIDRMaskSize = 24
-	// StubInstanceHostname, as node-instance, stands for the host's name, made a valid
-	// name part: compose gives every replica of a service its own.
+	// StubInstanceHostname, in node-instance, stands for the host's name made a valid name
+	// part (lower case, other characters than letters and digits turned into '-').
 	StubInstanceHostname = "{hostname}"
+	// StubInstanceReplica, in node-instance, stands for the replica number docker compose
+	// gave the container (kubelet-fleet_3 → 3), which `up --scale` makes unique and
+	// `down`/`up` keeps, unlike the container's hostname.
+	StubInstanceReplica = "{replica}"
 	// DefaultStubInternalIPCIDR numbers the nodes' InternalIP addresses: node i gets the
 	// (i+1)-th address.
 	DefaultStubInternalIPCIDR = "172.16.0.0/12"
@@ -65,9 +68,10 @@ type KubeletStub struct {
 	NodePrefix string `mapstructure:"node-prefix" flag:"node-prefix" help:"fleet nodes are named PREFIX-0 … PREFIX-(N-1)"`
 	// NodeInstance, when set, names fleet nodes NodePrefix-<instance>-<i> instead, so that
 	// several processes running one fleet (one prefix, one credential) register distinct
-	// nodes. "{hostname}" stands for the host's name (lower-cased, other characters than
-	// letters, digits and '-' turned into '-'). Default "". Flag --node-instance.
-	NodeInstance string `mapstructure:"node-instance" flag:"node-instance" help:"fleet nodes are named PREFIX-INSTANCE-<i>; {hostname} is the host's name"`
+	// nodes. StubInstanceHostname ("{hostname}") and StubInstanceReplica ("{replica}")
+	// stand for the host's name and the docker compose replica number; `miniplane
+	// kubeletstub` replaces them when it starts. Default "". Flag --node-instance.
+	NodeInstance string `mapstructure:"node-instance" flag:"node-instance" help:"fleet nodes are named PREFIX-INSTANCE-<i>; {hostname} is the host's name, {replica} the docker compose replica number"`
 	// HealthListen serves /healthz, /readyz and /metrics; "" (the default) disables it and
 	// port 0 picks a free port. Flag --health-listen.
 	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
@@ -254,34 +258,14 @@ func (c KubeletStub) NodeNames() []string {
 		return []string{c.NodeName}
 	}
 	prefix := c.NodePrefix
-	if instance := c.Instance(); instance != "" {
-		prefix += "-" + instance
+	if c.NodeInstance != "" {
+		prefix += "-" + c.NodeInstance
 	}
 	names := make([]string, c.Nodes)
 	for i := range names {
 		names[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
 	return names
-}
-
-// Instance returns NodeInstance with "{hostname}" replaced by the host's name.
-func (c KubeletStub) Instance() string {
-	if !strings.Contains(c.NodeInstance, StubInstanceHostname) {
-		return c.NodeInstance
-	}
-	host, _ := os.Hostname()
-	return strings.ReplaceAll(c.NodeInstance, StubInstanceHostname, nameSegment(host))
-}
-
-// nameSegment turns s into lower-case letters, digits and inner dashes.
-func nameSegment(s string) string {
-	b := []byte(strings.ToLower(s))
-	for i, ch := range b {
-		if (ch < 'a' || ch > 'z') && (ch < '0' || ch > '9') {
-			b[i] = '-'
-		}
-	}
-	return strings.Trim(string(b), "-")
 }
 
 // NodeTemplate returns the template of the named node: Template with the node's override
@@ -376,7 +360,10 @@ func (c KubeletStub) Validate() error {
 			return invalid("node-prefix", "must not be empty")
 		}
 	}
-	names := c.NodeNames()
+	// Placeholders are replaced when the stub starts; check the names with stand-ins.
+	named := c
+	named.NodeInstance = strings.NewReplacer(StubInstanceHostname, "host", StubInstanceReplica, "1").Replace(c.NodeInstance)
+	names := named.NodeNames()
 	for _, name := range []string{names[0], names[len(names)-1]} {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			key := "node-prefix"
