@@ -68,11 +68,6 @@ type Controller struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	queue       workqueue.TypedRateLimitingInterface[string]
-
-	// ready is closed once the blocks of every cached Node are occupied; until then no
-	// block is handed out, as one of them may be a stored Node's.
-	ready     chan struct{}
-	readyOnce sync.Once
 }
 
 // New validates cfg and registers the controller's handlers on the Node informer.
@@ -101,7 +96,6 @@ func New(cfg configs.NodeIPAMController, opts Options) (*Controller, error) {
 		cidrs:   cidrs,
 		workers: cfg.Workers,
 		log:     log,
-		ready:   make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam", Clock: clk},
@@ -165,7 +159,8 @@ func (c *Controller) occupy(node *corev1.Node) {
 }
 
 // Run waits for the Node cache, occupies every cached Node's block, then assigns blocks
-// until ctx ends.
+// until ctx ends. No worker starts before every stored Node's block is marked used, so a
+// restarted controller cannot hand one out again.
 func (c *Controller) Run(ctx context.Context) error {
 	if c.broadcaster != nil {
 		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
@@ -210,7 +205,6 @@ func (c *Controller) occupyAll() error {
 			c.occupy(n)
 		}
 	}
-	c.readyOnce.Do(func() { close(c.ready) })
 	return nil
 }
 
@@ -229,9 +223,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
-// sync gives the named Node a block if it still has none.
+// sync gives the named Node a block if it still has none. It runs only after occupyAll.
 func (c *Controller) sync(ctx context.Context, name string) error {
-	<-c.ready
 	node, err := c.nodeLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
