@@ -319,9 +319,37 @@ func TestNamespaces(t *testing.T) {
 	} else if !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	eventually(t, "namespace doomed to be emptied but for the held pod", func() (bool, error) {
+	// Pods go first, and while one remains nothing else is deleted; the namespace's
+	// conditions say what holds it, with the namespace controller's messages.
+	eventually(t, "the pods of doomed deleted but for the held one, and the conditions to say so", func() (bool, error) {
 		l, err := c.CoreV1().Pods("doomed").List(ctx, metav1.ListOptions{})
-		return err == nil && slices.Equal(namesOf(l), []string{"doomed/held"}), err
+		if err != nil || !slices.Equal(namesOf(l), []string{"doomed/held"}) {
+			return false, fmt.Errorf("pods %v (%v)", namesOf(l), err)
+		}
+		ns, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		want := map[corev1.NamespaceConditionType]string{
+			corev1.NamespaceDeletionDiscoveryFailure: "False ResourcesDiscovered",
+			corev1.NamespaceDeletionGVParsingFailure: "False ParsedGroupVersions",
+			corev1.NamespaceDeletionContentFailure:   "False ContentDeleted",
+			corev1.NamespaceContentRemaining:         "True SomeResourcesRemain Some resources are remaining: pods. has 1 resource instances",
+			corev1.NamespaceFinalizersRemaining:      "True SomeFinalizersRemain Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances",
+		}
+		for _, cond := range ns.Status.Conditions {
+			got := string(cond.Status) + " " + cond.Reason
+			if cond.Status == corev1.ConditionTrue {
+				got += " " + cond.Message
+			}
+			if w, ok := want[cond.Type]; ok && w == got && !cond.LastTransitionTime.IsZero() {
+				delete(want, cond.Type)
+			}
+		}
+		if len(want) > 0 {
+			return false, fmt.Errorf("conditions %+v, missing %v", ns.Status.Conditions, want)
+		}
+		return true, nil
 	})
 	heldPod, err := c.CoreV1().Pods("doomed").Get(ctx, "held", metav1.GetOptions{})
 	check(t, err)
@@ -330,6 +358,12 @@ func TestNamespaces(t *testing.T) {
 	}
 	if _, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{}); err != nil {
 		t.Fatalf("namespace removed while a pod in it waits for its finalizer: %v", err)
+	}
+	if _, err := c.AppsV1().DaemonSets("doomed").Get(ctx, "ds", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a DaemonSet was deleted while a pod of the namespace remains: %v", err)
+	}
+	if _, err := c.CoordinationV1().Leases("doomed").Get(ctx, "l", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a Lease was deleted while a pod of the namespace remains: %v", err)
 	}
 	heldPod.Finalizers = nil
 	_, err = c.CoreV1().Pods("doomed").Update(ctx, heldPod, metav1.UpdateOptions{})
