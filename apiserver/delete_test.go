@@ -434,3 +434,65 @@ func TestDeleteOptionsUnderAnyServedGroupVersion(t *testing.T) {
 		t.Fatalf("a refused delete deleted: %v", err)
 	}
 }
+
+// TestNamespaceFinalize: namespaces/finalize writes spec.finalizers (which the main
+// resource keeps as stored) and metadata, never status; finalizer names must be qualified
+// or standard; a Terminating namespace whose last finalizer it removes is gone at once.
+func TestNamespaceFinalize(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	nss := env.Client.CoreV1().Namespaces()
+	ctx := testCtx(t)
+	ns, err := nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fin"}}, metav1.CreateOptions{})
+	check(t, err)
+
+	// The main resource does not change spec.finalizers.
+	ns.Spec.Finalizers = append(ns.Spec.Finalizers, "example.com/main")
+	ns, err = nss.Update(ctx, ns, metav1.UpdateOptions{})
+	check(t, err)
+	if !slices.Equal(ns.Spec.Finalizers, []corev1.FinalizerName{corev1.FinalizerKubernetes}) {
+		t.Fatalf("update through the main resource: finalizers %v", ns.Spec.Finalizers)
+	}
+
+	tests := []struct {
+		name       string
+		finalizers []corev1.FinalizerName
+		wantCode   int32 // 0: accepted
+	}{
+		{"add a qualified one", []corev1.FinalizerName{corev1.FinalizerKubernetes, "e2e.example.com/fake"}, 0},
+		{"unqualified, not standard", []corev1.FinalizerName{corev1.FinalizerKubernetes, "bogus"}, 422},
+		{"invalid qualified name", []corev1.FinalizerName{"example.com/-bad-"}, 422},
+		{"back to the standard one", []corev1.FinalizerName{corev1.FinalizerKubernetes}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cur, err := nss.Get(ctx, "fin", metav1.GetOptions{})
+			check(t, err)
+			cur.Spec.Finalizers = tc.finalizers
+			cur.Status.Phase = corev1.NamespaceTerminating // ignored: status is not finalize's
+			cur.Labels["touched"] = tc.name[:3]
+			got, err := nss.Finalize(ctx, cur, metav1.UpdateOptions{})
+			if tc.wantCode != 0 {
+				expectStatus(t, err, tc.wantCode, metav1.StatusReasonInvalid)
+				return
+			}
+			check(t, err)
+			if !slices.Equal(got.Spec.Finalizers, tc.finalizers) || got.Status.Phase != corev1.NamespaceActive || got.Labels["touched"] != tc.name[:3] {
+				t.Fatalf("finalizers %v phase %q labels %v", got.Spec.Finalizers, got.Status.Phase, got.Labels)
+			}
+		})
+	}
+
+	// A Terminating namespace whose finalizers are all removed is removed by that write.
+	_, err = env.Client.CoreV1().ConfigMaps("fin").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{})
+	check(t, err)
+	check(t, nss.Delete(ctx, "fin", metav1.DeleteOptions{}))
+	cur, err := nss.Get(ctx, "fin", metav1.GetOptions{})
+	check(t, err)
+	cur.Spec.Finalizers = nil
+	_, err = nss.Finalize(ctx, cur, metav1.UpdateOptions{})
+	check(t, err)
+	if _, err := nss.Get(ctx, "fin", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("namespace after its last finalizer was removed: %v, want NotFound", err)
+	}
+}
