@@ -60,7 +60,7 @@ func ControllerServiceAccounts() []string {
 		out = append(out, sa)
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out) // node IPAM and node lifecycle act as one, as upstream's do
 }
 
 // RunOptions are Run's dependencies. RestConfig is required.
