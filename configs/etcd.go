@@ -39,6 +39,9 @@ type Etcd struct {
 	UnsafeNoFsync bool `mapstructure:"unsafe-no-fsync" flag:"unsafe-no-fsync" help:"skip fsync (tests only)"`
 	// QuotaBackendBytes caps the backend size; default 8 GiB (etcd's recommended maximum).
 	QuotaBackendBytes int64 `mapstructure:"quota-backend-bytes" flag:"quota-backend-bytes" help:"backend size limit"`
+	// SnapshotCatchUpEntries is how many applied raft entries the member keeps in memory for
+	// a slow follower to catch up from; default 5000, etcd's. Flag --snapshot-catchup-entries.
+	SnapshotCatchUpEntries int `mapstructure:"snapshot-catchup-entries" flag:"snapshot-catchup-entries" help:"applied raft entries kept in memory for slow followers"`
 	// HealthListen serves /healthz, /readyz and /metrics for this member; "" disables.
 	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"address for /healthz, /readyz and /metrics (empty: off)"`
 }
@@ -53,8 +56,16 @@ func DefaultEtcd() Etcd {
 		InitialClusterState: "new",
 		InitialClusterToken: "miniplane",
 		QuotaBackendBytes:   8 << 30,
+		// etcd's own default; a member alone can keep far fewer (EmbeddedSnapshotCatchUpEntries).
+		SnapshotCatchUpEntries: 5000,
 	}
 }
+
+// EmbeddedSnapshotCatchUpEntries is SnapshotCatchUpEntries of the member `miniplane up`
+// embeds. That member is the whole cluster and has no follower to catch up, while each entry
+// kept is a whole write request: etcd's 5000 held about 10 MiB of the all-in-one's heap at
+// 1,000 nodes (docs/performance.md).
+const EmbeddedSnapshotCatchUpEntries = 100
 
 // Validate reports the first problem with c.
 func (c Etcd) Validate() error {
@@ -65,6 +76,8 @@ func (c Etcd) Validate() error {
 		return invalid("data-dir", "must not be empty")
 	case len(c.ListenClientURLs) == 0:
 		return invalid("listen-client-urls", "must not be empty")
+	case c.SnapshotCatchUpEntries < 1:
+		return invalid("snapshot-catchup-entries", "must be at least 1")
 	}
 	for _, list := range []struct {
 		key  string

@@ -47,6 +47,7 @@ func StartEmbeddedEtcd(cfg configs.Etcd, logLevel string) (*EmbeddedEtcd, error)
 	}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
+	ec.SnapshotCatchUpEntries = uint64(cfg.SnapshotCatchUpEntries)
 	// Watch progress lets the API server's watch cache learn the current revision without
 	// waiting for a change; kube-apiserver relies on the same.
 	ec.WatchProgressNotifyInterval = 5 * time.Second

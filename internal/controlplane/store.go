@@ -59,6 +59,7 @@ func OpenStorage(ctx context.Context, cfg configs.APIServer, opts StorageOptions
 		member.ListenClientURLs = []string{"http://127.0.0.1:0"}
 		member.ListenPeerURLs = []string{"http://127.0.0.1:0"}
 		member.UnsafeNoFsync = opts.UnsafeNoFsync
+		member.SnapshotCatchUpEntries = configs.EmbeddedSnapshotCatchUpEntries
 		if s.member, err = store.StartEmbeddedEtcd(member, opts.EtcdLogLevel); err != nil {
 			return nil, err
 		}
