@@ -60,7 +60,8 @@ func ControllerServiceAccounts() []string {
 		out = append(out, sa)
 	}
 	slices.Sort(out)
-	return out
+	// Node IPAM and the node lifecycle controller share the node controller's account.
+	return slices.Compact(out)
 }
 
 // RunOptions are Run's dependencies. RestConfig is required.
