@@ -9,9 +9,16 @@
 #   make compose-down  remove the containers, network, etcd volumes and $(COMPOSE_DIR)
 #   make compose-test  the fault-test suite (test/compose): builds, brings up its own stack
 #                      under a unique project name, runs the faults, removes everything
-#   make conformance   upstream's e2e specs (FOCUS, default '\[sig-apps\] Daemon set') against
-#                      `miniplane up --nodes $(NODES)`; builds upstream's e2e binary once (long).
-#                      Not part of CI; see test/conformance/run.sh --help
+#   make conformance   upstream's e2e specs (FOCUS, default '\[sig-apps\] Daemon set'; or
+#                      PROFILE=conformance: the applicable [Conformance] specs of sig-apps and
+#                      sig-api-machinery) against `miniplane up --nodes $(NODES)`; builds
+#                      upstream's e2e binary once (long). Not part of CI; see
+#                      test/conformance/run.sh --help and docs/conformance.md
+#   make bench         the scale benchmark (docs/performance.md): `miniplane up --nodes 0` and
+#                      `miniplane kubeletstub --nodes N` as two processes, a DaemonSet rolled
+#                      out and updated over N nodes, for each N of NODES_LIST (default
+#                      1000,5000); prints times, pods/s, peak RSS and CPU per process and the
+#                      raw etcd write rate. BENCH_ARGS adds flags (e.g. -bench.up-args=...)
 
 SHELL := /bin/bash
 GO ?= go
@@ -36,7 +43,11 @@ export MINIPLANE_GID := $(shell id -g)
 
 COMPOSE_CMD = $(COMPOSE) -f docker-compose.yml -p $(COMPOSE_PROJECT)
 
-.PHONY: build image compose-up compose-ps compose-logs compose-down compose-test conformance
+# Fleet sizes of `make bench`.
+NODES_LIST ?= 1000,5000
+BENCH_ARGS ?=
+
+.PHONY: build image compose-up compose-ps compose-logs compose-down compose-test conformance bench
 
 # Same compile mode as `CGO_ENABLED=0 go test` (no -trimpath), so the build cache is shared.
 build:
@@ -98,3 +109,8 @@ compose-test:
 
 conformance:
 	test/conformance/run.sh
+
+# Held under a lock so that benchmark runs of different users of this machine do not overlap.
+bench:
+	flock /tmp/miniplane-bench.lock env CGO_ENABLED=0 $(GO) test -run '^$$' -bench '^BenchmarkProcessRollout$$' -benchtime 1x \
+	  -timeout 60m ./test/bench/ -bench.nodes $(NODES_LIST) $(BENCH_ARGS)

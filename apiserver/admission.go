@@ -203,7 +203,7 @@ func (s *Server) lookup(ctx context.Context, gr schema.GroupResource, namespace,
 	}
 	key := res.key(s.cfg.EtcdPrefix, namespace, name)
 	if co, ok := res.cache.get(key); ok {
-		return co.obj, nil
+		return co.object(), nil
 	}
 	obj, err := s.store.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
@@ -233,7 +233,7 @@ func (s *Server) cached(gr schema.GroupResource, namespace string) []runtime.Obj
 	items, _ := res.cache.list(&watchFilter{namespace: namespace})
 	out := make([]runtime.Object, len(items))
 	for i, it := range items {
-		out[i] = it.obj
+		out[i] = it.object()
 	}
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].(metav1.Object).GetName() < out[j].(metav1.Object).GetName()

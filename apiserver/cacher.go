@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,16 +24,23 @@ import (
 )
 
 // cachedObject is one stored version of an object as the watch cache keeps it. It is
-// immutable once built and shared by every reader: handlers deep-copy obj before changing
-// anything.
+// immutable once built and shared by every reader: handlers deep-copy what object returns
+// before changing anything.
+//
+// A version that has been superseded (or deleted) for a while is only read by watches that
+// replay history, and most of those speak protobuf: compact then drops the decoded object,
+// three times the size of its encoding, and object decodes it again from the encoding for
+// the rare reader that needs it (docs/watch-cache.md, "Memory").
 type cachedObject struct {
 	key       string
 	namespace string
 	name      string
 	rv        int64
-	obj       runtime.Object
-	labels    labels.Set
-	fields    fields.Set
+	res       *resource
+	// decoded holds the object until compact drops it; nil after that.
+	decoded atomic.Pointer[decodedObject]
+	labels  labels.Set
+	fields  fields.Set
 	// The object's JSON (with apiVersion and kind) and protobuf (without envelope)
 	// encodings are made on first use and then reused by every list, get and watch event
 	// that serves this version. Components speak protobuf and kubectl JSON, so most
@@ -44,15 +53,55 @@ type cachedObject struct {
 	protoErr  error
 }
 
+// decodedObject boxes an object for an atomic pointer.
+type decodedObject struct{ obj runtime.Object }
+
+func newCachedObjectOf(res *resource, obj runtime.Object) *cachedObject {
+	o := &cachedObject{res: res}
+	o.decoded.Store(&decodedObject{obj})
+	return o
+}
+
+// object returns the decoded object: the one the cache was given, or, once compacted, a
+// fresh decoding of its protobuf encoding.
+func (o *cachedObject) object() runtime.Object {
+	if d := o.decoded.Load(); d != nil {
+		return d.obj
+	}
+	// compact stores nil only after the encoding was made, so proto is set here.
+	obj := o.res.newFunc()
+	if err := obj.(protoUnmarshaler).Unmarshal(o.proto); err != nil {
+		// The bytes are this server's own encoding of a valid object.
+		panic(fmt.Sprintf("watch cache: decoding %s at %d: %v", o.key, o.rv, err))
+	}
+	obj.GetObjectKind().SetGroupVersionKind(o.res.gvk())
+	return obj
+}
+
+// compact drops the decoded object, keeping the protobuf encoding, when the kind has one
+// (custom resources have none and stay decoded).
+// Call it only for a version that is no longer current: reads of current objects are the
+// common case and must not decode. JSON encodings already made are dropped too; they are
+// made again from a decoding if asked for.
+func (o *cachedObject) compact() {
+	if o.decoded.Load() == nil {
+		return
+	}
+	if data, err := o.protobuf(); err != nil || data == nil {
+		return
+	}
+	o.decoded.Store(nil)
+}
+
 // protobuf returns the object's protobuf encoding, making it once.
 func (o *cachedObject) protobuf() ([]byte, error) {
-	o.protoOnce.Do(func() { o.proto, o.protoErr = rawProto(o.obj) })
+	o.protoOnce.Do(func() { o.proto, o.protoErr = rawProto(o.object()) })
 	return o.proto, o.protoErr
 }
 
 // json returns the object's JSON encoding, making it once.
 func (o *cachedObject) json() ([]byte, error) {
-	o.jsonOnce.Do(func() { o.jsonData, o.jsonErr = json.Marshal(o.obj) })
+	o.jsonOnce.Do(func() { o.jsonData, o.jsonErr = json.Marshal(o.object()) })
 	return o.jsonData, o.jsonErr
 }
 
@@ -223,15 +272,12 @@ func (c *cacher) newCachedObject(obj runtime.Object) (*cachedObject, error) {
 	obj.GetObjectKind().SetGroupVersionKind(c.res.gvk())
 	var rv int64
 	_, _ = fmt.Sscan(m.GetResourceVersion(), &rv)
-	return &cachedObject{
-		key:       c.res.key(c.root, m.GetNamespace(), m.GetName()),
-		namespace: m.GetNamespace(),
-		name:      m.GetName(),
-		rv:        rv,
-		obj:       obj,
-		labels:    labels.Set(m.GetLabels()),
-		fields:    c.res.objectFields(obj, m.GetName(), m.GetNamespace()),
-	}, nil
+	co := newCachedObjectOf(c.res, obj)
+	co.key = c.res.key(c.root, m.GetNamespace(), m.GetName())
+	co.namespace, co.name, co.rv = m.GetNamespace(), m.GetName(), rv
+	co.labels = labels.Set(m.GetLabels())
+	co.fields = c.res.objectFields(obj, m.GetName(), m.GetNamespace())
+	return co, nil
 }
 
 func (c *cacher) apply(ev store.Event) error {
@@ -243,6 +289,17 @@ func (c *cacher) apply(ev store.Event) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ce.prev = c.objects[cur.key]
+	if ce.prev != nil {
+		// Most changes (status updates) leave the labels and the selectable fields as
+		// they were: the versions then share one copy of each, which history would
+		// otherwise hold once per version (a map of a dozen fields per pod version).
+		if maps.Equal(cur.fields, ce.prev.fields) {
+			cur.fields = ce.prev.fields
+		}
+		if maps.Equal(cur.labels, ce.prev.labels) {
+			cur.labels = ce.prev.labels
+		}
+	}
 	switch ev.Type {
 	case store.Added:
 		ce.typ = watch.Added
@@ -280,6 +337,27 @@ func (c *cacher) pushHistoryLocked(ev *cacheEvent) {
 	}
 	c.history[(c.hStart+c.hLen)%len(c.history)] = ev
 	c.hLen++
+	c.compactOldLocked()
+}
+
+// compactLag is how many changes a version stays decoded after the change that superseded
+// it: watchers that keep up read it decoded, and only a watch that replays older history
+// (or lags further behind) decodes it again.
+const compactLag = 500
+
+// compactOldLocked compacts the versions the change compactLag back in history replaced:
+// its previous state, and its own state once that is no longer current.
+func (c *cacher) compactOldLocked() {
+	if c.hLen <= compactLag {
+		return
+	}
+	ev := c.history[(c.hStart+c.hLen-1-compactLag)%len(c.history)]
+	if ev.prev != nil {
+		ev.prev.compact()
+	}
+	if c.objects[ev.cur.key] != ev.cur {
+		ev.cur.compact()
+	}
 }
 
 func (c *cacher) setRVLocked(rv int64) {

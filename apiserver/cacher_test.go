@@ -2,12 +2,14 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -642,5 +644,104 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCacherCompactsSupersededVersions: a version compactLag changes behind the newest
+// change keeps only its encoding once another version replaced it, while current objects
+// stay decoded; a watch replaying that history still gets every version as it was, decoded
+// and encoded alike, and the cache's reads are unchanged.
+func TestCacherCompactsSupersededVersions(t *testing.T) {
+	ct := newCacheTest(t, 3*compactLag)
+	rv := int64(cacheStartRV)
+	var events []store.Event
+	want := map[int64]*corev1.Pod{} // revision → the version written at it
+	// "a" changes on every other revision; "b-i" are added and stay current.
+	for i := range compactLag + 50 {
+		rv++
+		p := testPod("a", fmt.Sprintf("n%d", i), web)
+		ev := modified(rv, p)
+		if i == 0 {
+			ev = added(rv, p)
+		}
+		events = append(events, ev)
+		want[rv] = ev.Object.(*corev1.Pod)
+		rv++
+		events = append(events, added(rv, testPod(fmt.Sprintf("b-%d", i), "", db)))
+	}
+	rv++
+	events = append(events, deleted(rv, testPod("a", "gone", web)))
+	ct.feed(events...)
+
+	ct.c.mu.RLock()
+	var compacted, decodedOld int
+	for i := 0; i < ct.c.hLen; i++ {
+		ev := ct.c.history[(ct.c.hStart+i)%len(ct.c.history)]
+		current := ct.c.objects[ev.cur.key] == ev.cur
+		switch {
+		case current && ev.cur.decoded.Load() == nil:
+			t.Errorf("current object %s@%d was compacted", ev.cur.key, ev.cur.rv)
+		case !current && ev.cur.decoded.Load() == nil:
+			compacted++
+		case !current && i < ct.c.hLen-compactLag:
+			decodedOld++
+		}
+	}
+	ct.c.mu.RUnlock()
+	if compacted == 0 || decodedOld != 0 {
+		t.Errorf("%d superseded versions compacted, %d older than compactLag still decoded", compacted, decodedOld)
+	}
+
+	w, err := ct.c.watch(selector("", ""), watchStart{fromRV: cacheStartRV}, 10*compactLag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, it := range w.take() {
+		if it.obj.name != "a" || it.typ == watch.Deleted {
+			continue
+		}
+		seen++
+		got, ok := it.obj.object().(*corev1.Pod)
+		if !ok || got.Spec.NodeName != want[it.obj.rv].Spec.NodeName || got.ResourceVersion != strconv.FormatInt(it.obj.rv, 10) ||
+			got.Labels["app"] != "web" || got.Kind != "Pod" || got.APIVersion != "v1" {
+			t.Fatalf("replayed a@%d = %#v, want %#v", it.obj.rv, got, want[it.obj.rv])
+		}
+		data, err := it.obj.json()
+		if err != nil || !json.Valid(data) || !strings.Contains(string(data), `"nodeName":"`+want[it.obj.rv].Spec.NodeName+`"`) {
+			t.Fatalf("replayed a@%d as JSON %s (%v)", it.obj.rv, data, err)
+		}
+	}
+	if seen != compactLag+50 {
+		t.Errorf("replayed %d versions of a, want %d", seen, compactLag+50)
+	}
+	if got, _ := ct.c.list(selector("app=db", "")); len(got) != compactLag+50 {
+		t.Errorf("list app=db: %d objects, want %d", len(got), compactLag+50)
+	}
+}
+
+// TestCacherSharesUnchangedFields: a version whose labels and selectable fields are those
+// of the version before shares their maps; a change of either gets its own.
+func TestCacherSharesUnchangedFields(t *testing.T) {
+	ct := newCacheTest(t, 100)
+	p := testPod("a", "n1", web)
+	ready := p.DeepCopy()
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	moved := testPod("a", "n2", db)
+	ct.feed(added(11, p), modified(12, ready), modified(13, moved))
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	ct.c.mu.RLock()
+	defer ct.c.mu.RUnlock()
+	v11, v12, v13 := ct.c.history[0].cur, ct.c.history[1].cur, ct.c.history[2].cur
+	if !same(v11.fields, v12.fields) || !same(v11.labels, v12.labels) {
+		t.Error("a status change did not share the labels and fields of the version before")
+	}
+	if same(v12.fields, v13.fields) || same(v12.labels, v13.labels) {
+		t.Error("a change of node and labels shares the maps of the version before")
+	}
+	if v13.fields["spec.nodeName"] != "n2" || v13.labels["app"] != "db" || v12.fields["spec.nodeName"] != "n1" {
+		t.Errorf("fields %v and labels %v after the move, %v before", v13.fields, v13.labels, v12.fields)
 	}
 }

@@ -45,7 +45,7 @@ func (c *call) get() {
 		c.fail(store.ErrNotFound)
 		return
 	}
-	c.respond(200, co.obj, co)
+	c.respond(200, co.object(), co)
 }
 
 func tooLargeRV(err error) error {
@@ -126,13 +126,13 @@ func (c *call) respondList(items []*cachedObject, rv int64, continueToken string
 	case outputTable:
 		objs := make([]runtime.Object, len(items))
 		for i, it := range items {
-			objs[i] = it.obj
+			objs[i] = it.object()
 		}
 		writeOutput(c.w, c.out, 200, c.s.toTable(c.info.res, objs, c.out, c.r.URL.Query().Get("includeObject"), listMeta))
 	case outputMetadata:
 		list := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadataList", APIVersion: "meta.k8s.io/v1"}, ListMeta: listMeta}
 		for _, it := range items {
-			list.Items = append(list.Items, *partialMetadata(it.obj))
+			list.Items = append(list.Items, *partialMetadata(it.object()))
 		}
 		writeOutput(c.w, c.out, 200, list)
 	default:

@@ -20,6 +20,11 @@ const (
 // protobufMagic starts every enveloped protobuf object ("k8s\x00").
 var protobufMagic = []byte{0x6b, 0x38, 0x73, 0x00}
 
+// protoUnmarshaler is what every generated Kubernetes type has to decode its message.
+type protoUnmarshaler interface {
+	Unmarshal(data []byte) error
+}
+
 type protoMarshaler interface {
 	Marshal() ([]byte, error)
 }

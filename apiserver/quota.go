@@ -274,10 +274,10 @@ func (t *quotaTracker) usage(q *corev1.ResourceQuota, hard corev1.ResourceList) 
 		}
 		items, _ := res.cache.list(&watchFilter{namespace: q.Namespace})
 		for _, it := range items {
-			if !quotaMatches(q, it.obj) {
+			if !quotaMatches(q, it.object()) {
 				continue
 			}
-			for name, u := range quotaUsage(res, it.obj) {
+			for name, u := range quotaUsage(res, it.object()) {
 				if cur, ok := used[name]; ok {
 					cur.Add(u)
 					used[name] = cur

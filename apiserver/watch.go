@@ -227,9 +227,9 @@ func (c *call) writeWatchFrame(bw *bufio.Writer, it watchItem) error {
 	} else {
 		switch c.out.kind {
 		case outputTable:
-			objJSON, err = json.Marshal(c.s.toTable(c.info.res, []runtime.Object{it.obj.obj}, c.out, c.r.URL.Query().Get("includeObject"), metav1.ListMeta{ResourceVersion: strconv.FormatInt(it.obj.rv, 10)}))
+			objJSON, err = json.Marshal(c.s.toTable(c.info.res, []runtime.Object{it.obj.object()}, c.out, c.r.URL.Query().Get("includeObject"), metav1.ListMeta{ResourceVersion: strconv.FormatInt(it.obj.rv, 10)}))
 		case outputMetadata:
-			objJSON, err = json.Marshal(partialMetadata(it.obj.obj))
+			objJSON, err = json.Marshal(partialMetadata(it.obj.object()))
 		default:
 			objJSON, err = it.obj.json()
 		}

@@ -10,16 +10,15 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/miniplane/miniplane/internal/gcbudget"
 )
 
-// gcPercent trades memory for CPU: a control plane churns through short-lived decoded
-// objects, and at the Go default of 100 the collector took a seventh of the CPU of a
-// 5,000-node rollout; at 400 the rollout finished 13% sooner. GOGC still wins when set.
-const gcPercent = 400
-
 func main() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
+	// Every command trades memory for CPU with the lazy collector; `up` then tunes it to its
+	// memory budget. GOGC and GOMEMLIMIT, when set, win.
+	if !gcbudget.EnvOverrides() {
+		debug.SetGCPercent(gcbudget.MaxPercent)
 	}
 	// A cancelled context is the only shutdown signal components see.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

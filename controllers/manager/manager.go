@@ -60,8 +60,7 @@ func ControllerServiceAccounts() []string {
 		out = append(out, sa)
 	}
 	slices.Sort(out)
-	// Node IPAM and the node lifecycle controller share the node controller's account.
-	return slices.Compact(out)
+	return slices.Compact(out) // node IPAM and node lifecycle act as one, as upstream's do
 }
 
 // RunOptions are Run's dependencies. RestConfig is required.
@@ -79,6 +78,21 @@ type RunOptions struct {
 	// HealthBound, when set, receives the health endpoint's address once it listens (useful
 	// with port 0).
 	HealthBound func(net.Addr)
+	// Informers, when set, is the factory the controllers take their shared informers from
+	// instead of one of their own: `miniplane up` shares one cache of every resource among
+	// its components (make it with NewInformerFactory; its owner starts and stops it).
+	// Not with leader election, whose every term starts from a fresh factory.
+	Informers informers.SharedInformerFactory
+}
+
+// NewInformerFactory returns the informer factory the controller-manager configured by cfg
+// would make, listing and watching with opts.RestConfig, for RunOptions.Informers.
+func NewInformerFactory(cfg configs.ControllerManager, restConfig *rest.Config) (informers.SharedInformerFactory, error) {
+	client, err := component.NewClient(restConfig, userAgentInformers, cfg.KubeAPIQPS, cfg.KubeAPIBurst)
+	if err != nil {
+		return nil, err
+	}
+	return component.NewInformerFactory(client, 0), nil
 }
 
 // controller is a started controller's run loop.
@@ -101,6 +115,9 @@ func Run(ctx context.Context, cfg configs.ControllerManager, opts RunOptions) er
 	}
 	if opts.RestConfig == nil {
 		return errors.New("controller-manager: RunOptions.RestConfig is required")
+	}
+	if opts.Informers != nil && cfg.LeaderElection.LeaderElect {
+		return errors.New("controller-manager: RunOptions.Informers cannot be shared with leader election on")
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -195,8 +212,11 @@ func runControllers(ctx context.Context, cfg configs.ControllerManager, opts Run
 		}
 		return client, nil
 	}
-	factory := informers.NewSharedInformerFactory(informerClient, 0)
-	defer factory.Shutdown()
+	factory := opts.Informers
+	if factory == nil {
+		factory = component.NewInformerFactory(informerClient, 0)
+		defer factory.Shutdown()
+	}
 
 	var controllers []controller
 	for _, name := range configs.KnownControllers {

@@ -32,6 +32,11 @@ type RunOptions struct {
 	// HealthBound, when set, receives the health endpoint's address once it listens (useful
 	// with port 0).
 	HealthBound func(net.Addr)
+	// Informers, when set, is the factory the scheduler takes its pod and node informers
+	// from instead of one of its own, shared with other components of the process (`miniplane
+	// up`); its owner starts and stops it. Not with leader election, whose every term starts
+	// from a fresh factory.
+	Informers informers.SharedInformerFactory
 }
 
 // Run is `miniplane scheduler`: it builds clients from opts.RestConfig, serves /healthz,
@@ -44,6 +49,9 @@ func Run(ctx context.Context, cfg configs.Scheduler, opts RunOptions) error {
 	}
 	if opts.RestConfig == nil {
 		return errors.New("scheduler: RunOptions.RestConfig is required")
+	}
+	if opts.Informers != nil && cfg.LeaderElection.LeaderElect {
+		return errors.New("scheduler: RunOptions.Informers cannot be shared with leader election on")
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -89,7 +97,7 @@ func Run(ctx context.Context, cfg configs.Scheduler, opts RunOptions) error {
 	}
 
 	lead := func(ctx context.Context) {
-		if err := runTerm(ctx, cfg, deps); err != nil {
+		if err := runTerm(ctx, cfg, deps, opts.Informers); err != nil {
 			fail(err)
 		}
 	}
@@ -105,16 +113,20 @@ func Run(ctx context.Context, cfg configs.Scheduler, opts RunOptions) error {
 }
 
 // runTerm schedules for one leadership term (or for good, without election) on a fresh
-// informer factory, so that a new leader starts from a fresh list. It returns when ctx is
-// cancelled, or at once with an error when the scheduler cannot be built.
-func runTerm(ctx context.Context, cfg configs.Scheduler, deps Options) error {
-	deps.Informers = informers.NewSharedInformerFactory(deps.Client, 0)
+// informer factory, so that a new leader starts from a fresh list, or on shared when set.
+// It returns when ctx is cancelled, or at once with an error when the scheduler cannot be
+// built.
+func runTerm(ctx context.Context, cfg configs.Scheduler, deps Options, shared informers.SharedInformerFactory) error {
+	deps.Informers = shared
+	if shared == nil {
+		deps.Informers = component.NewInformerFactory(deps.Client, 0)
+		defer deps.Informers.Shutdown()
+	}
 	s, err := New(cfg, deps)
 	if err != nil {
 		return err
 	}
 	deps.Informers.Start(ctx.Done())
-	defer deps.Informers.Shutdown()
 	// Run fails only when the term ends before the caches synced: that ends the term, not
 	// the scheduler.
 	_ = s.Run(ctx)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -95,7 +96,9 @@ type ControlPlane struct {
 	// failing requests against a server that is already gone.
 	componentsCancel context.CancelFunc
 	components       sync.WaitGroup
-	stopOnce         sync.Once
+	// informers is the factory the in-process components share, if they do.
+	informers informers.SharedInformerFactory
+	stopOnce  sync.Once
 	// failed receives the first error of a component that stopped on its own.
 	failed chan error
 }
@@ -219,16 +222,22 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, cfg Config, log *slo
 // as an API client with its own identity, and waits until the stub nodes have registered.
 func (cp *ControlPlane) startComponents(ctx context.Context, cfg Config, log *slog.Logger) error {
 	ctx, cp.componentsCancel = context.WithCancel(ctx)
+	shared, err := cp.sharedInformers(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	if cfg.ControllerManager != nil {
 		cm := *cfg.ControllerManager
 		cp.goRun(&cp.components, "controller-manager", log, func() error {
-			return manager.Run(ctx, cm, manager.RunOptions{RestConfig: cp.ConfigFor(credentials.ControllerManagerUser), Logger: log})
+			return manager.Run(ctx, cm, manager.RunOptions{RestConfig: cp.ConfigFor(credentials.ControllerManagerUser), Logger: log,
+				Informers: shared})
 		})
 	}
 	if cfg.Scheduler != nil {
 		sc := *cfg.Scheduler
 		cp.goRun(&cp.components, "scheduler", log, func() error {
-			return scheduler.Run(ctx, sc, scheduler.RunOptions{RestConfig: cp.ConfigFor(credentials.SchedulerUser), Logger: log})
+			return scheduler.Run(ctx, sc, scheduler.RunOptions{RestConfig: cp.ConfigFor(credentials.SchedulerUser), Logger: log,
+				Informers: shared})
 		})
 	}
 	if cfg.KubeletStub == nil || len(cfg.KubeletStub.NodeNames()) == 0 {
@@ -249,6 +258,39 @@ func (cp *ControlPlane) startComponents(ctx context.Context, cfg Config, log *sl
 	cp.goRun(&cp.components, "kubeletstub", log, func() error { return fleet.Run(ctx) })
 	return waitUntil(ctx, registrationTimeout, fleet.Ready, "stub nodes to register")
 }
+
+// sharedInformers returns the informer factory the controller-manager and the scheduler
+// share, or nil when they do not both run or either elects a leader (each term of a leader
+// starts from a fresh factory of its own). Sharing keeps one cache of every Pod and Node in
+// the process instead of one per component, which is what a cache costs: at 5,000 nodes the
+// scheduler's copy was an eighth of the heap (docs/performance.md). The factory lists and
+// watches as the controller-manager, which may read everything the scheduler reads.
+func (cp *ControlPlane) sharedInformers(ctx context.Context, cfg Config) (informers.SharedInformerFactory, error) {
+	cm, sc := cfg.ControllerManager, cfg.Scheduler
+	if cm == nil || sc == nil || cm.LeaderElection.LeaderElect || sc.LeaderElection.LeaderElect {
+		return nil, nil
+	}
+	f, err := manager.NewInformerFactory(*cm, cp.ConfigFor(credentials.ControllerManagerUser))
+	if err != nil {
+		return nil, err
+	}
+	cp.informers = f
+	return ownedFactory{SharedInformerFactory: f, stop: ctx.Done()}, nil
+}
+
+// ownedFactory is a factory the control plane starts and stops: its informers run until
+// the components' context ends, whichever component starts them, and a component's
+// Shutdown leaves them running for the others.
+type ownedFactory struct {
+	informers.SharedInformerFactory
+	stop <-chan struct{}
+}
+
+// Start starts the informers requested so far, until the control plane stops them.
+func (f ownedFactory) Start(<-chan struct{}) { f.SharedInformerFactory.Start(f.stop) }
+
+// Shutdown does nothing: ControlPlane.Stop shuts the factory down.
+func (f ownedFactory) Shutdown() {}
 
 // registrationTimeout bounds the wait for stub nodes to register; thousands of nodes
 // register in seconds, so this only fires when something is broken.
@@ -336,6 +378,9 @@ func (cp *ControlPlane) Stop() {
 		if cp.componentsCancel != nil {
 			cp.componentsCancel()
 			cp.components.Wait()
+		}
+		if cp.informers != nil {
+			cp.informers.Shutdown()
 		}
 		cp.cancel()
 		cp.wg.Wait()

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
@@ -60,11 +61,7 @@ type fleetResult struct {
 
 func BenchmarkStubFleet(b *testing.B) {
 	var results []fleetResult
-	for _, s := range strings.Split(*flagFleetNodes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			b.Fatalf("-bench.fleet-nodes: %q is not a fleet size", s)
-		}
+	for _, n := range fleetSizes(b, *flagFleetNodes) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			var last fleetResult
 			for i := 0; i < b.N; i++ {
@@ -145,7 +142,7 @@ func runFleet(b *testing.B, n int) fleetResult {
 	if res.ready, err = time.ParseDuration(readLine("ready")); err != nil {
 		b.Fatal(err)
 	}
-	waitNodesReady(b, env, n)
+	waitNodesReady(b, env.Client, n)
 	res.apiReady = time.Since(started)
 	b.StopTimer()
 
@@ -154,7 +151,7 @@ func runFleet(b *testing.B, n int) fleetResult {
 	stub1, server1, window := childCPU(b, child.Process.Pid), selfCPU(), time.Since(t0)
 	res.stubCPU = (stub1 - stub0).Seconds() / window.Seconds()
 	res.serverCPU = (server1 - server0).Seconds() / window.Seconds()
-	res.rss = childRSS(b, child.Process.Pid)
+	res.rss = procStatus(b, child.Process.Pid, "VmRSS")
 
 	_ = child.Process.Signal(syscall.SIGTERM)
 	if res.heap, err = strconv.ParseInt(readLine("heap"), 10, 64); err != nil {
@@ -163,30 +160,21 @@ func runFleet(b *testing.B, n int) fleetResult {
 	return res
 }
 
-// waitNodesReady waits until the API lists n nodes whose Ready condition is True.
-func waitNodesReady(b *testing.B, env *testenv.Env, n int) {
-	b.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		list, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{ResourceVersion: "0"})
-		ready := 0
-		if err == nil {
-			for _, node := range list.Items {
-				for _, c := range node.Status.Conditions {
-					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-						ready++
-					}
-				}
+// readyNodes counts the nodes the API lists with a Ready condition that is True.
+func readyNodes(c kubernetes.Interface) (int, error) {
+	list, err := c.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	ready := 0
+	for _, node := range list.Items {
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready++
 			}
 		}
-		if ready == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d nodes Ready (last error %v)", ready, n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return ready, nil
 }
 
 // TestStubFleetProcess is the child process of BenchmarkStubFleet (it does nothing in a
@@ -247,22 +235,6 @@ func childCPU(b *testing.B, pid int) time.Duration {
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	const clockTicks = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / clockTicks
-}
-
-// childRSS is the resident set size of process pid in bytes.
-func childRSS(b *testing.B, pid int) int64 {
-	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // selfCPU is the user and system CPU time of this process (API server and etcd).

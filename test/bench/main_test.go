@@ -1,16 +1,24 @@
 package bench
 
 import (
+	"context"
 	"os"
-	"runtime/debug"
 	"testing"
+
+	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/internal/gcbudget"
 )
 
-// TestMain runs the benchmarks with the garbage-collector setting `miniplane` itself uses
-// (see cmd/miniplane/main.go), so their figures are those of `miniplane up`.
+// TestMain runs the benchmarks with the garbage collector `miniplane up` runs with (see
+// cmd/miniplane), tuned to its default memory budget, so that the in-process figures are
+// those of `miniplane up`. GOGC and GOMEMLIMIT, when set, win.
 func TestMain(m *testing.M) {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
+	if !gcbudget.EnvOverrides() {
+		ctx, cancel := context.WithCancel(context.Background())
+		go gcbudget.Run(ctx, uint64(configs.DefaultUp().MemoryBudgetBytes()), gcbudget.Options{})
+		code := m.Run()
+		cancel()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }

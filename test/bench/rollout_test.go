@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,16 +105,8 @@ var targets = map[int]struct{ ready, rolling time.Duration }{
 // process, and measures etcd's raw write rate in the same run for comparison. It prints
 // a table at the end; the figures are also reported as benchmark metrics.
 func BenchmarkDaemonSetRollout(b *testing.B) {
-	var sizes []int
-	for _, s := range strings.Split(*flagNodes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			b.Fatalf("-bench.nodes: %q is not a fleet size", s)
-		}
-		sizes = append(sizes, n)
-	}
 	var results []rolloutResult
-	for _, n := range sizes {
+	for _, n := range fleetSizes(b, *flagNodes) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			var last rolloutResult
 			for i := 0; i < b.N; i++ {
@@ -180,7 +171,7 @@ func runRollout(b *testing.B, n int) rolloutResult {
 	idleFrom, idleCPU := time.Now(), processCPU()
 	time.Sleep(idleFor)
 	res.idleCores = (processCPU() - idleCPU).Seconds() / time.Since(idleFrom).Seconds()
-	res.etcdWrites = measureEtcdWrites(b, env)
+	res.etcdWrites = measureEtcdWritesAt(b, env.EtcdEndpoints())
 
 	c := env.Client
 	ctx := context.Background()
@@ -493,11 +484,11 @@ func watchPods(b *testing.B, c kubernetes.Interface, name string, stopAfter int)
 	}
 }
 
-// measureEtcdWrites puts ~1KB values from etcdWriters concurrent clients for etcdWriteFor on
-// the environment's etcd and returns the rate, then removes what it wrote.
-func measureEtcdWrites(b *testing.B, env *testenv.Env) float64 {
+// measureEtcdWritesAt puts ~1KB values from etcdWriters concurrent clients for etcdWriteFor on
+// the etcd at endpoints and returns the rate, then removes what it wrote.
+func measureEtcdWritesAt(b *testing.B, endpoints []string) float64 {
 	b.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: env.EtcdEndpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		b.Fatalf("etcd client: %v", err)
 	}

@@ -1,0 +1,377 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/miniplane/miniplane/apiserver/auth"
+	"github.com/miniplane/miniplane/apiserver/pki"
+	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/store"
+	"github.com/miniplane/miniplane/test/testenv"
+)
+
+// BenchmarkProcessRollout measures what a user of the all-in-one sees, the way issue 13 did:
+// `miniplane up --nodes 0` runs as one process and `miniplane kubeletstub --nodes N` as
+// another (both the binary built once with CGO_ENABLED=0), a DaemonSet is created over the N
+// nodes and then rolled to a new image at maxUnavailable 10%. Each process's peak resident
+// set (VmHWM) and CPU seconds are read from /proc, and the raw etcd write rate is measured
+// in the same run on a member started in this process on the same file system with fsync
+// (the floor any control plane on this machine writes at). Run it with `make bench`, or
+//
+//	go test -run '^$' -bench ProcessRollout -benchtime 1x -bench.nodes 1000,5000 ./test/bench/
+var (
+	flagBinary    = flag.String("bench.binary", "", "miniplane binary of BenchmarkProcessRollout; empty builds ./cmd/miniplane into a temporary directory")
+	flagUpArgs    = flag.String("bench.up-args", "", "extra arguments of `miniplane up` in BenchmarkProcessRollout (space-separated)")
+	flagFleetArgs = flag.String("bench.fleet-args", "", "extra arguments of `miniplane kubeletstub` in BenchmarkProcessRollout (space-separated)")
+)
+
+// processResult is one fleet size's figures of BenchmarkProcessRollout.
+type processResult struct {
+	nodes         int
+	etcdWrites    float64 // raw Puts per second, the floor
+	registered    time.Duration
+	allCreated    time.Duration // DaemonSet created → last of the N pods seen
+	ready         time.Duration // DaemonSet created → status.numberReady == N
+	rollingUpdate time.Duration // template changed → every pod updated and available
+	// up and fleet are the two processes' figures over the whole run.
+	up, fleet procStats
+	// load is the 1-minute load average at the start and at the end of the run.
+	loadStart, loadEnd float64
+}
+
+// procStats is what /proc tells of one process.
+type procStats struct {
+	peakRSS int64         // VmHWM, bytes
+	cpu     time.Duration // utime + stime since start
+	// readyCPU and rollingCPU are the CPU used in each phase.
+	readyCPU, rollingCPU time.Duration
+}
+
+func BenchmarkProcessRollout(b *testing.B) {
+	bin := *flagBinary
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "miniplane")
+		build := exec.Command("go", "build", "-o", bin, "github.com/miniplane/miniplane/cmd/miniplane")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	var results []processResult
+	for _, n := range fleetSizes(b, *flagNodes) {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			var last processResult
+			for i := 0; i < b.N; i++ {
+				last = runProcessRollout(b, bin, n)
+			}
+			b.ReportMetric(float64(n)/last.allCreated.Seconds(), "pods/s")
+			b.ReportMetric(last.ready.Seconds(), "s-ready")
+			b.ReportMetric(last.rollingUpdate.Seconds(), "s-rolling")
+			b.ReportMetric(float64(last.up.peakRSS)/(1<<20), "up-peak-MiB")
+			b.ReportMetric(float64(last.fleet.peakRSS)/1024/float64(n), "fleet-peak-KiB/node")
+			b.ReportMetric(last.etcdWrites, "etcd-puts/s")
+			results = append(results, last)
+		})
+	}
+	printProcessTable(os.Stdout, results)
+}
+
+// fleetSizes parses a comma-separated list of fleet sizes.
+func fleetSizes(b *testing.B, list string) []int {
+	var sizes []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			b.Fatalf("-bench.nodes: %q is not a fleet size", s)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
+func runProcessRollout(b *testing.B, bin string, n int) processResult {
+	b.StopTimer()
+	res := processResult{nodes: n, loadStart: loadAverage()}
+	dir := b.TempDir()
+	res.etcdWrites = measureEtcdFloor(b, filepath.Join(dir, "etcd-floor"))
+
+	// The fleet gets its own identity, as in production: a token made before `up` starts
+	// is kept by it.
+	stub := configs.DefaultKubeletStub()
+	stub.Nodes = n
+	identity := testenv.StubIdentity(stub)
+	upDir := filepath.Join(dir, "up")
+	if err := os.MkdirAll(upDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	tokens, err := testenv.EnsureTokens(filepath.Join(upDir, "tokens.csv"), []auth.User{identity})
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := freeAddr(b)
+	upArgs := append([]string{"up", "--nodes", "0", "--data-dir", upDir, "--listen", addr}, strings.Fields(*flagUpArgs)...)
+	up := startProcess(b, bin, filepath.Join(dir, "up.log"), upArgs...)
+	rc := waitUp(b, filepath.Join(upDir, "kubeconfig"), up)
+	c := kubernetes.NewForConfigOrDie(rc)
+
+	fleetConfig := filepath.Join(dir, "fleet.kubeconfig")
+	if err := pki.WriteKubeconfig(fleetConfig, rc.Host, rc.CAData, identity.Name, tokens[identity.Name]); err != nil {
+		b.Fatal(err)
+	}
+	started := time.Now()
+	fleetArgs := append([]string{"kubeletstub", "--kubeconfig", fleetConfig, "--nodes", strconv.Itoa(n), "--node-prefix", stub.NodePrefix},
+		strings.Fields(*flagFleetArgs)...)
+	fleet := startProcess(b, bin, filepath.Join(dir, "fleet.log"), fleetArgs...)
+	waitNodesReady(b, c, n)
+	res.registered = time.Since(started)
+
+	ctx := context.Background()
+	pods, stopWatch := watchPods(b, c, "bench", n)
+	defer stopWatch()
+	ds := newDaemonSet("bench")
+	b.StartTimer()
+	up0, fleet0 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	created := time.Now()
+	if _, err := c.AppsV1().DaemonSets(ds.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	waitStatus(b, c, ds, pods, func(s appsv1.DaemonSetStatus) int32 { return s.NumberReady }, "numberReady == nodes",
+		func(s appsv1.DaemonSetStatus, _ int64) bool {
+			return s.NumberReady == int32(n) && s.DesiredNumberScheduled == int32(n)
+		})
+	res.ready = time.Since(created)
+	up1, fleet1 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	if *flagMemProfile != "" {
+		// What is live at the busiest moment, when the resident set peaks, rather than what
+		// stays once the work is done; taken after the CPU reading, so it is not counted.
+		writeRemoteHeapProfile(b, c, fmt.Sprintf("%d-ready", n))
+	}
+	res.up.readyCPU, res.fleet.readyCPU = up1-up0, fleet1-fleet0
+	_, last, count := pods.stats()
+	if count < n {
+		b.Fatalf("%d pods seen created for %d nodes", count, n)
+	}
+	res.allCreated = last.Sub(created)
+
+	updated := time.Now()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := c.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Template.Spec.Containers[0].Image = "registry.example/agent:2"
+		_, err = c.AppsV1().DaemonSets(ds.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	waitStatus(b, c, ds, pods, func(s appsv1.DaemonSetStatus) int32 { return s.UpdatedNumberScheduled }, "every pod updated and available",
+		func(s appsv1.DaemonSetStatus, generation int64) bool {
+			return s.ObservedGeneration >= generation && generation >= 2 &&
+				s.UpdatedNumberScheduled == int32(n) && s.NumberAvailable == int32(n) && s.DesiredNumberScheduled == int32(n)
+		})
+	res.rollingUpdate = time.Since(updated)
+	b.StopTimer()
+	up2, fleet2 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	res.up.rollingCPU, res.fleet.rollingCPU = up2-up1, fleet2-fleet1
+	time.Sleep(settleFor)
+	if *flagMemProfile != "" {
+		writeRemoteHeapProfile(b, c, strconv.Itoa(n))
+	}
+	for _, p := range []struct {
+		pid int
+		st  *procStats
+	}{{up.Process.Pid, &res.up}, {fleet.Process.Pid, &res.fleet}} {
+		p.st.peakRSS = procStatus(b, p.pid, "VmHWM")
+		p.st.cpu = childCPU(b, p.pid)
+	}
+	res.loadEnd = loadAverage()
+	return res
+}
+
+// startProcess starts bin with args, its output going to logPath, and stops it (SIGTERM,
+// then SIGKILL after a grace period) when the benchmark ends. A failing benchmark prints
+// the log's tail.
+func startProcess(b *testing.B, bin, logPath string, args ...string) *exec.Cmd {
+	b.Helper()
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = logFile.Close()
+		if b.Failed() {
+			if out, err := os.ReadFile(logPath); err == nil {
+				if len(out) > 4096 {
+					out = out[len(out)-4096:]
+				}
+				b.Logf("%s %s:\n%s", filepath.Base(bin), args[0], out)
+			}
+		}
+	})
+	return cmd
+}
+
+// waitUp waits until `miniplane up` has written its admin kubeconfig and answers /readyz.
+func waitUp(b *testing.B, kubeconfig string, up *exec.Cmd) *rest.Config {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if up.ProcessState != nil {
+			b.Fatalf("miniplane up exited: %v", up.ProcessState)
+		}
+		if rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig); err == nil {
+			rc.QPS, rc.Burst = 1000, 2000
+			c, err := kubernetes.NewForConfig(rc)
+			if err == nil {
+				if _, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background()); err == nil {
+					return rc
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Fatal("miniplane up did not become ready within 2m")
+	return nil
+}
+
+// waitNodesReady waits until the API lists n nodes whose Ready condition is True.
+func waitNodesReady(b *testing.B, c kubernetes.Interface, n int) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		ready, err := readyNodes(c)
+		if ready == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d nodes Ready (last error %v)", ready, n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// measureEtcdFloor starts an etcd member with fsync in dir, measures its raw write rate
+// and stops it.
+func measureEtcdFloor(b *testing.B, dir string) float64 {
+	b.Helper()
+	cfg := configs.DefaultEtcd()
+	cfg.Name, cfg.DataDir = "floor", dir
+	cfg.ListenClientURLs = []string{"http://127.0.0.1:0"}
+	cfg.ListenPeerURLs = []string{"http://127.0.0.1:0"}
+	member, err := store.StartEmbeddedEtcd(cfg, "error")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer member.Close()
+	return measureEtcdWritesAt(b, member.ClientURLs())
+}
+
+// writeRemoteHeapProfile saves the API server process's heap profile (served to admins
+// under /debug/pprof) to -bench.memprofile with "-up-" and tag inserted before the
+// extension.
+func writeRemoteHeapProfile(b *testing.B, c kubernetes.Interface, tag string) {
+	b.Helper()
+	data, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
+	ext := filepath.Ext(*flagMemProfile)
+	path := fmt.Sprintf("%s-up-%s%s", strings.TrimSuffix(*flagMemProfile, ext), tag, ext)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// procStatus is a "kB" field of /proc/PID/status (VmRSS, VmHWM) in bytes.
+func procStatus(b *testing.B, pid int, field string) int64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatalf("/proc/%d/status has no %s", pid, field)
+	return 0
+}
+
+// loadAverage is the machine's 1-minute load average.
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(string(bytes.Fields(data)[0]), 64)
+	return v
+}
+
+// freeAddr is a free loopback TCP address.
+func freeAddr(b *testing.B) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func printProcessTable(w io.Writer, results []processResult) {
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nDaemonSet rollout, `miniplane up --nodes 0` + `miniplane kubeletstub --nodes N` (etcd fsync on) %s\n", *flagUpArgs)
+	fmt.Fprintf(w, "%7s %12s %11s %12s %9s %9s %11s %11s %10s %10s %11s %10s %10s %13s %9s\n",
+		"nodes", "etcd puts/s", "registered", "all created", "pods/s", "ready", "rolling 10%",
+		"up peak MiB", "up cpu-s", "(ready/rol)", "fleet MiB", "KiB/node", "fleet cpu-s", "(ready/rol)", "load")
+	for _, r := range results {
+		fmt.Fprintf(w, "%7d %12.0f %11s %12s %9.0f %9s %11s %11.0f %10.1f %10s %11.0f %10.1f %10.1f %13s %9s\n",
+			r.nodes, r.etcdWrites, fmtDur(r.registered), fmtDur(r.allCreated), float64(r.nodes)/r.allCreated.Seconds(),
+			fmtDur(r.ready), fmtDur(r.rollingUpdate),
+			float64(r.up.peakRSS)/(1<<20), r.up.cpu.Seconds(), fmt.Sprintf("%.1f/%.1f", r.up.readyCPU.Seconds(), r.up.rollingCPU.Seconds()),
+			float64(r.fleet.peakRSS)/(1<<20), float64(r.fleet.peakRSS)/1024/float64(r.nodes), r.fleet.cpu.Seconds(),
+			fmt.Sprintf("%.1f/%.1f", r.fleet.readyCPU.Seconds(), r.fleet.rollingCPU.Seconds()),
+			fmt.Sprintf("%.1f→%.1f", r.loadStart, r.loadEnd))
+	}
+	fmt.Fprintln(w)
+}
