@@ -160,10 +160,21 @@ func scaleFleet(ctx context.Context, t *testing.T, s *stack, client kubernetes.I
 	s.mustCompose(ctx, t, 3*time.Minute, "up", "-d", "--no-recreate", "--scale", "kubelet-fleet=2")
 	want := totalNodes + fleetNodes
 	waitNodesReady(ctx, t, client, want)
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A node is Ready as soon as it registers; its pod CIDR follows from the controller-manager.
+	var nodes *corev1.NodeList
+	poll(ctx, t, time.Minute, "a pod CIDR on every node", func(ctx context.Context) (bool, string) {
+		var err error
+		if nodes, err = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+			return false, err.Error()
+		}
+		without := 0
+		for _, n := range nodes.Items {
+			if n.Spec.PodCIDR == "" {
+				without++
+			}
+		}
+		return without == 0, fmt.Sprintf("%d of %d nodes without a pod CIDR", without, len(nodes.Items))
+	})
 	cidrs := map[string]string{}
 	perReplica := map[string]int{}
 	for _, n := range nodes.Items {
