@@ -11,6 +11,8 @@ import (
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+
+	"github.com/miniplane/miniplane/test/testenv"
 )
 
 // aggregatedAccept is what a client sends for aggregated discovery (upstream's conformance
@@ -153,4 +155,25 @@ func discoverySummary(t *testing.T, d discovery.DiscoveryInterface) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestDiscoveryTrailingSlash: every discovery path answers the same with a trailing slash,
+// as kube-apiserver's do (upstream's conformance spec reads /apis/<group>/).
+func TestDiscoveryTrailingSlash(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	raw := newRawClient(t, env)
+	admin := env.Token(testenv.AdminUser)
+	for _, path := range []string{"/api", "/apis", "/api/v1", "/apis/apps", "/apis/apps/v1", "/apis/authorization.k8s.io", "/apis/authorization.k8s.io/v1"} {
+		t.Run(path, func(t *testing.T) {
+			plain := raw.do(t, request{method: "GET", path: path, token: admin})
+			slash := raw.do(t, request{method: "GET", path: path + "/", token: admin})
+			if plain.code != 200 || slash.code != 200 {
+				t.Fatalf("GET %s: %d, GET %s/: %d %s", path, plain.code, path, slash.code, slash.body)
+			}
+			if string(plain.body) != string(slash.body) {
+				t.Fatalf("GET %s and %s/ differ:\n%s\n%s", path, path, plain.body, slash.body)
+			}
+		})
+	}
 }
