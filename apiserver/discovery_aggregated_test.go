@@ -177,3 +177,39 @@ func TestDiscoveryTrailingSlash(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewNotAcceptableAsTable: a review has no Table or metadata form, so a request
+// that accepts only those is answered 406, and one that also accepts JSON gets JSON.
+func TestReviewNotAcceptableAsTable(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	raw := newRawClient(t, env)
+	admin := env.Token(testenv.AdminUser)
+	body := `{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"nonResourceAttributes":{"path":"/","verb":"get"}}}`
+	tests := []struct {
+		accept   string
+		wantCode int
+	}{
+		{"application/json;as=Table;v=v1;g=meta.k8s.io", 406},
+		{"application/json;as=Table;v=v1beta1;g=meta.k8s.io", 406},
+		{"application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io", 406},
+		{"application/json;as=Table;v=v1;g=meta.k8s.io,application/json", 201},
+		{"application/json", 201},
+		{"", 201},
+	}
+	for _, tc := range tests {
+		t.Run(tc.accept, func(t *testing.T) {
+			resp := raw.do(t, request{method: "POST", path: "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", token: admin,
+				contentType: "application/json", body: strings.NewReader(body), header: map[string]string{"Accept": tc.accept}})
+			if resp.code != tc.wantCode {
+				t.Fatalf("code %d, want %d: %s", resp.code, tc.wantCode, resp.body)
+			}
+			if tc.wantCode == 406 && (resp.status == nil || resp.status.Reason != metav1.StatusReasonNotAcceptable) {
+				t.Fatalf("status %+v, want reason NotAcceptable", resp.status)
+			}
+			if tc.wantCode == 201 && !strings.Contains(string(resp.body), `"kind":"SelfSubjectAccessReview"`) {
+				t.Fatalf("body %s", resp.body)
+			}
+		})
+	}
+}
