@@ -2,14 +2,19 @@ package apiserver_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
@@ -94,4 +99,67 @@ func TestCustomResourceOpenAPIV2(t *testing.T) {
 		}
 		return true, nil
 	})
+}
+
+// TestCustomResourceDefaultsOnRead: a default added to a definition after an object was
+// stored shows in every read of that object (from etcd and from the watch cache, one by
+// one and in lists), as kube-apiserver defaults what it decodes; the stored bytes are not
+// rewritten for it.
+func TestCustomResourceDefaultsOnRead(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	ctx := testCtx(t)
+	crd := widgetCRD()
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	spec.Properties["shape"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+	installCRD(t, env, crd)
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	check(t, err)
+	wc := dyn.Resource(widgets).Namespace("default")
+	created, err := wc.Create(ctx, widget("w", "red", 0), metav1.CreateOptions{})
+	check(t, err)
+	if _, found, _ := unstructured.NestedString(created.Object, "spec", "shape"); found {
+		t.Fatalf("shape set before it has a default: %v", created.Object["spec"])
+	}
+
+	ext, err := apiextensionsclient.NewForConfig(env.AdminConfig)
+	check(t, err)
+	_, err = ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd.Name, types.JSONPatchType,
+		[]byte(`[{"op":"add","path":"/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/shape/default","value":"round"}]`), metav1.PatchOptions{})
+	check(t, err)
+
+	reads := map[string]func() (*unstructured.Unstructured, error){
+		"get from etcd": func() (*unstructured.Unstructured, error) { return wc.Get(ctx, "w", metav1.GetOptions{}) },
+		"get from the cache": func() (*unstructured.Unstructured, error) {
+			return wc.Get(ctx, "w", metav1.GetOptions{ResourceVersion: "0"})
+		},
+		"list from the cache": func() (*unstructured.Unstructured, error) {
+			l, err := wc.List(ctx, metav1.ListOptions{})
+			if err != nil || len(l.Items) != 1 {
+				return nil, fmt.Errorf("list: %v (%d items)", err, len(l.Items))
+			}
+			return &l.Items[0], nil
+		},
+		"list from etcd": func() (*unstructured.Unstructured, error) {
+			l, err := wc.List(ctx, metav1.ListOptions{Limit: 10})
+			if err != nil || len(l.Items) != 1 {
+				return nil, fmt.Errorf("list: %v", err)
+			}
+			return &l.Items[0], nil
+		},
+	}
+	for name, read := range reads {
+		eventually(t, name+" to show the new default", func() (bool, error) {
+			u, err := read()
+			if err != nil {
+				return false, err
+			}
+			shape, _, _ := unstructured.NestedString(u.Object, "spec", "shape")
+			if u.GetResourceVersion() != created.GetResourceVersion() {
+				t.Fatalf("%s: resourceVersion %s, want the stored %s (defaulting on read writes nothing)", name, u.GetResourceVersion(), created.GetResourceVersion())
+			}
+			return shape == "round", fmt.Errorf("spec %v", u.Object["spec"])
+		})
+	}
 }
