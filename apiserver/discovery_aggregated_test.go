@@ -11,6 +11,8 @@ import (
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+
+	"github.com/miniplane/miniplane/test/testenv"
 )
 
 // aggregatedAccept is what a client sends for aggregated discovery (upstream's conformance
@@ -153,4 +155,61 @@ func discoverySummary(t *testing.T, d discovery.DiscoveryInterface) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestDiscoveryTrailingSlash: every discovery path answers the same with a trailing slash,
+// as kube-apiserver's do (upstream's conformance spec reads /apis/<group>/).
+func TestDiscoveryTrailingSlash(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	raw := newRawClient(t, env)
+	admin := env.Token(testenv.AdminUser)
+	for _, path := range []string{"/api", "/apis", "/api/v1", "/apis/apps", "/apis/apps/v1", "/apis/authorization.k8s.io", "/apis/authorization.k8s.io/v1"} {
+		t.Run(path, func(t *testing.T) {
+			plain := raw.do(t, request{method: "GET", path: path, token: admin})
+			slash := raw.do(t, request{method: "GET", path: path + "/", token: admin})
+			if plain.code != 200 || slash.code != 200 {
+				t.Fatalf("GET %s: %d, GET %s/: %d %s", path, plain.code, path, slash.code, slash.body)
+			}
+			if string(plain.body) != string(slash.body) {
+				t.Fatalf("GET %s and %s/ differ:\n%s\n%s", path, path, plain.body, slash.body)
+			}
+		})
+	}
+}
+
+// TestReviewNotAcceptableAsTable: a review has no Table or metadata form, so a request
+// that accepts only those is answered 406, and one that also accepts JSON gets JSON.
+func TestReviewNotAcceptableAsTable(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	raw := newRawClient(t, env)
+	admin := env.Token(testenv.AdminUser)
+	body := `{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"nonResourceAttributes":{"path":"/","verb":"get"}}}`
+	tests := []struct {
+		accept   string
+		wantCode int
+	}{
+		{"application/json;as=Table;v=v1;g=meta.k8s.io", 406},
+		{"application/json;as=Table;v=v1beta1;g=meta.k8s.io", 406},
+		{"application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io", 406},
+		{"application/json;as=Table;v=v1;g=meta.k8s.io,application/json", 201},
+		{"application/json", 201},
+		{"", 201},
+	}
+	for _, tc := range tests {
+		t.Run(tc.accept, func(t *testing.T) {
+			resp := raw.do(t, request{method: "POST", path: "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", token: admin,
+				contentType: "application/json", body: strings.NewReader(body), header: map[string]string{"Accept": tc.accept}})
+			if resp.code != tc.wantCode {
+				t.Fatalf("code %d, want %d: %s", resp.code, tc.wantCode, resp.body)
+			}
+			if tc.wantCode == 406 && (resp.status == nil || resp.status.Reason != metav1.StatusReasonNotAcceptable) {
+				t.Fatalf("status %+v, want reason NotAcceptable", resp.status)
+			}
+			if tc.wantCode == 201 && !strings.Contains(string(resp.body), `"kind":"SelfSubjectAccessReview"`) {
+				t.Fatalf("body %s", resp.body)
+			}
+		})
+	}
 }

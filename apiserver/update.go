@@ -330,16 +330,9 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, sub *sub
 	nm.SetGeneration(om.GetGeneration())
 	nm.SetSelfLink("")
 	if status {
-		// A status write keeps the owners as stored. Of the other metadata a client may
-		// edit, kube-apiserver lets the status of core kinds (a kubelet's pods and node)
-		// and of custom resources change it, and resets it for the others
-		// (metav1.ResetObjectMetaForStatus in the apps, batch, policy … strategies).
-		nm.SetOwnerReferences(om.GetOwnerReferences())
-		if res.group != "" && res.custom == nil {
-			nm.SetLabels(om.GetLabels())
-			nm.SetAnnotations(om.GetAnnotations())
-			nm.SetFinalizers(om.GetFinalizers())
-		}
+		// A status write may change the metadata a client may edit (labels, annotations,
+		// finalizers, owners), as kube-apiserver's status strategies let it; the few
+		// exceptions (a pod's owners, a Deployment's labels) are the kinds' own rules.
 		res.strategy.prepareForStatusUpdate(next, cur, now)
 	} else if sub != nil {
 		sub.rules.prepare(next, cur)
