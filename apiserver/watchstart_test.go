@@ -17,20 +17,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// quickStart bounds how long a read or a watch at a resourceVersion the server has just
-// returned may take to start. The cache learns of the revision from an etcd progress
-// report that arrives within milliseconds; the bound is generous for -race on a shared
-// two-core machine, yet far below both the 3s after which the server gives up with "Too
-// large resource version" and etcd's 5s unsolicited progress interval.
-const quickStart = time.Second
-
 // TestReadsAtReturnedRVStartQuickly does what kubectl get -w does, for every resource
 // that can be listed and watched: right after writes to another resource, it lists in
 // pages (which etcd answers, at its latest revision, newer than this resource's watch
 // cache has seen), then watches from the list's resourceVersion. It also reads at that
 // resourceVersion (a list not older than it, a get not older than it) and makes a
-// consistent list. Every one must start within quickStart, and the watch must then see
-// the next change of the resource.
+// consistent list. Every one must succeed, and the watch must then see the next change of
+// the resource. Succeeding is what proves the cache asked etcd for progress: had it waited
+// for etcd's unsolicited report (every 5 s, store/embed.go), the server would have given up
+// after 3 s with "Too large resource version". How long the starts took is logged, not
+// judged: timing belongs to benchmarks.
 func TestReadsAtReturnedRVStartQuickly(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
@@ -61,9 +57,6 @@ func TestReadsAtReturnedRVStartQuickly(t *testing.T) {
 				}
 				w.Stop()
 				starts = append(starts, took)
-				if took > quickStart {
-					t.Errorf("watch from the list's resourceVersion %s took %v to start, want < %v", rv, took, quickStart)
-				}
 
 				writeElsewhere(t, ctx, env.Client, gvr, fmt.Sprintf("%s-%d-again", gvr.Resource, i))
 				for _, read := range []struct {
@@ -80,13 +73,8 @@ func TestReadsAtReturnedRVStartQuickly(t *testing.T) {
 					}},
 				} {
 					begin := time.Now()
-					err := read.do()
-					took := time.Since(begin)
-					if err != nil {
-						t.Fatalf("%s after %v: %v", read.name, took, err)
-					}
-					if took > quickStart {
-						t.Errorf("%s took %v, want < %v", read.name, took, quickStart)
+					if err := read.do(); err != nil {
+						t.Fatalf("%s after %v: %v", read.name, time.Since(begin), err)
 					}
 				}
 			}
@@ -113,8 +101,8 @@ func TestReadsAtReturnedRVStartQuickly(t *testing.T) {
 	begin := time.Now()
 	got, err := pods.Get(ctx, "follow", metav1.GetOptions{ResourceVersion: created.ResourceVersion})
 	check(t, err)
-	if took := time.Since(begin); took > quickStart || got.UID != created.UID {
-		t.Errorf("get not older than the create's resourceVersion: %v after %v", got.UID, took)
+	if got.UID != created.UID {
+		t.Errorf("get not older than the create's resourceVersion: UID %v after %v, want %v", got.UID, time.Since(begin), created.UID)
 	}
 }
 
