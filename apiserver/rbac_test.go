@@ -138,8 +138,10 @@ func TestRBACChangesTakeEffectAtOnce(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		for canList() != want {
-			if time.Since(start) > time.Second {
-				t.Fatalf("%s: still %v after a second", what, !want)
+			// The goal is well under a second (see the log); the deadline only
+			// tells "takes effect without a restart" from "never", on a loaded machine.
+			if time.Since(start) > 15*time.Second {
+				t.Fatalf("%s: still %v after 15 s", what, !want)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -19,11 +19,6 @@ import (
 // watch cache asked etcd for progress, every run failed.
 const kwRuns = 10
 
-// kwQuickStart bounds how long kubectl's watch may take to be answered: far below the 3s
-// after which the server answers "Too large resource version", yet generous for a shared
-// two-core machine.
-const kwQuickStart = time.Second
-
 // kwWatchLine is kubectl's -v=6 log of the watch request, with the time to its response.
 var kwWatchLine = regexp.MustCompile(`GET \S+/pods\?resourceVersion=\d+&watch=true (\d+) \S+ in (\d+) milliseconds`)
 
@@ -73,9 +68,6 @@ spec:
 		took, out := kwWatchStart(t, kubeconfig, home)
 		if strings.Contains(out, "Too large resource version") || took < 0 {
 			t.Fatalf("run %d: kubectl get pods -w did not start watching:\n%s", run, out)
-		}
-		if took > kwQuickStart {
-			t.Errorf("run %d: the watch took %v to be answered, want < %v", run, took, kwQuickStart)
 		}
 		starts = append(starts, took)
 		kubectl("rollout", "status", "ds/agent", "--timeout=60s")
