@@ -9,9 +9,11 @@
 #   make compose-down  remove the containers, network, etcd volumes and $(COMPOSE_DIR)
 #   make compose-test  the fault-test suite (test/compose): builds, brings up its own stack
 #                      under a unique project name, runs the faults, removes everything
-#   make conformance   upstream's e2e specs (FOCUS, default '\[sig-apps\] Daemon set') against
-#                      `miniplane up --nodes $(NODES)`; builds upstream's e2e binary once (long).
-#                      Not part of CI; see test/conformance/run.sh --help
+#   make conformance   upstream's e2e specs (FOCUS, default '\[sig-apps\] Daemon set'; or
+#                      PROFILE=conformance: the applicable [Conformance] specs of sig-apps and
+#                      sig-api-machinery) against `miniplane up --nodes $(NODES)`; builds
+#                      upstream's e2e binary once (long). Not part of CI; see
+#                      test/conformance/run.sh --help and docs/conformance.md
 #   make bench         the scale benchmark (docs/performance.md): `miniplane up --nodes 0` and
 #                      `miniplane kubeletstub --nodes N` as two processes, a DaemonSet rolled
 #                      out and updated over N nodes, for each N of NODES_LIST (default

@@ -57,19 +57,35 @@ func (c *call) apply() {
 		c.fail(err)
 		return
 	}
+	// Under Strict, fields the schema does not declare are refused by the field manager
+	// itself (its type converter: ".x: field not declared in schema"), and duplicate
+	// fields, which reading YAML into an object loses, by a strict reading of the body
+	// once the merge succeeded: kube-apiserver's order and words.
+	applyStrict := func(live runtime.Object) (runtime.Object, error) {
+		obj, err := fm.Apply(live, patch.DeepCopy(), manager, force)
+		if err != nil {
+			return obj, err
+		}
+		if mode == validationStrict {
+			if err := yaml.UnmarshalStrict(body, &map[string]any{}); err != nil {
+				return nil, badRequest("error strict decoding patch: %v", err)
+			}
+		}
+		return obj, nil
+	}
 	opts := updateOptions{manager: manager, applied: true}
 	if c.info.subresource == "" {
 		// Applying an object that does not exist creates it.
 		opts.create = func() (runtime.Object, createOptions, error) {
 			live := res.newFunc()
 			live.GetObjectKind().SetGroupVersionKind(res.gvk())
-			obj, err := fm.Apply(live, patch.DeepCopy(), manager, force)
+			obj, err := applyStrict(live)
 			return obj, createOptions{manager: manager, applied: true}, err
 		}
 	}
 	c.applyUpdate(func(cur runtime.Object) (runtime.Object, error) {
 		cur.GetObjectKind().SetGroupVersionKind(res.gvk())
-		return fm.Apply(cur, patch.DeepCopy(), manager, force)
+		return applyStrict(cur)
 	}, opts)
 }
 
@@ -81,19 +97,27 @@ func (c *call) appliedObject(mode fieldValidation, body []byte) (*unstructured.U
 	if err != nil {
 		return nil, badRequest("error decoding YAML: %v", err)
 	}
-	// Decode once into the Go type to judge unknown and duplicate fields as any write.
+	// Decode once into the Go type to judge unknown and duplicate fields as any write;
+	// under Strict the field manager and a strict reading of the body judge them instead
+	// (see apply), so nothing is pruned here.
+	decodeMode := mode
+	if mode == validationStrict {
+		decodeMode = validationIgnore
+	}
 	typed := res.newFunc()
-	found, err := unmarshal(mode, data, typed)
+	found, err := unmarshal(decodeMode, data, typed)
 	if err != nil {
 		return nil, badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
 	}
-	if err := c.fieldProblems(mode, found, func(err error) error {
+	if err := c.fieldProblems(decodeMode, found, func(err error) error {
 		return badRequest("%s in version %q cannot be handled as a %s: %v", res.kind, res.version, res.kind, err)
 	}); err != nil {
 		return nil, err
 	}
 	u := &unstructured.Unstructured{}
-	if _, isCustom := typed.(*unstructured.Unstructured); isCustom {
+	if _, isCustom := typed.(*unstructured.Unstructured); isCustom && mode == validationStrict {
+		u = typed.(*unstructured.Unstructured)
+	} else if isCustom {
 		// A custom resource was decoded into the same shape: prune what its schema lacks.
 		u = typed.(*unstructured.Unstructured)
 		if err := c.fieldProblems(mode, c.prune(u), func(err error) error {

@@ -264,10 +264,15 @@ func (c *cacher) listAndWatch(ctx context.Context) error {
 	return errors.New("etcd watch ended")
 }
 
+// newCachedObject wraps an object decoded from etcd (a custom resource gets its schema's
+// defaults first, see defaultOnRead).
 func (c *cacher) newCachedObject(obj runtime.Object) (*cachedObject, error) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, err
+	}
+	if c.res.custom != nil {
+		c.res.custom.defaultOnRead(obj)
 	}
 	obj.GetObjectKind().SetGroupVersionKind(c.res.gvk())
 	var rv int64

@@ -44,6 +44,16 @@ type customResourceVersion struct {
 	preserve   bool // spec.preserveUnknownFields (v1 forbids true; kept for completeness)
 }
 
+// defaultOnRead applies the schema's defaults to a custom resource read from etcd, as
+// kube-apiserver does when it decodes one: a default added to the definition after an
+// object was stored shows in every read of it, not only after its next write. obj must
+// not be shared (it is a fresh decode).
+func (cv *customResourceVersion) defaultOnRead(obj runtime.Object) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && cv.structural != nil {
+		structuraldefaulting.Default(u.Object, cv.structural)
+	}
+}
+
 // newCustomResourceVersion prepares version v of crd: its structural schema and validators.
 func newCustomResourceVersion(crd *apiextensionsv1.CustomResourceDefinition, v apiextensionsv1.CustomResourceDefinitionVersion) (*customResourceVersion, error) {
 	cv := &customResourceVersion{crd: crd, version: v, columns: v.AdditionalPrinterColumns, preserve: crd.Spec.PreserveUnknownFields}

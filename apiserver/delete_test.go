@@ -319,9 +319,37 @@ func TestNamespaces(t *testing.T) {
 	} else if !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	eventually(t, "namespace doomed to be emptied but for the held pod", func() (bool, error) {
+	// Pods go first, and while one remains nothing else is deleted; the namespace's
+	// conditions say what holds it, with the namespace controller's messages.
+	eventually(t, "the pods of doomed deleted but for the held one, and the conditions to say so", func() (bool, error) {
 		l, err := c.CoreV1().Pods("doomed").List(ctx, metav1.ListOptions{})
-		return err == nil && slices.Equal(namesOf(l), []string{"doomed/held"}), err
+		if err != nil || !slices.Equal(namesOf(l), []string{"doomed/held"}) {
+			return false, fmt.Errorf("pods %v (%v)", namesOf(l), err)
+		}
+		ns, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		want := map[corev1.NamespaceConditionType]string{
+			corev1.NamespaceDeletionDiscoveryFailure: "False ResourcesDiscovered",
+			corev1.NamespaceDeletionGVParsingFailure: "False ParsedGroupVersions",
+			corev1.NamespaceDeletionContentFailure:   "False ContentDeleted",
+			corev1.NamespaceContentRemaining:         "True SomeResourcesRemain Some resources are remaining: pods. has 1 resource instances",
+			corev1.NamespaceFinalizersRemaining:      "True SomeFinalizersRemain Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances",
+		}
+		for _, cond := range ns.Status.Conditions {
+			got := string(cond.Status) + " " + cond.Reason
+			if cond.Status == corev1.ConditionTrue {
+				got += " " + cond.Message
+			}
+			if w, ok := want[cond.Type]; ok && w == got && !cond.LastTransitionTime.IsZero() {
+				delete(want, cond.Type)
+			}
+		}
+		if len(want) > 0 {
+			return false, fmt.Errorf("conditions %+v, missing %v", ns.Status.Conditions, want)
+		}
+		return true, nil
 	})
 	heldPod, err := c.CoreV1().Pods("doomed").Get(ctx, "held", metav1.GetOptions{})
 	check(t, err)
@@ -330,6 +358,12 @@ func TestNamespaces(t *testing.T) {
 	}
 	if _, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{}); err != nil {
 		t.Fatalf("namespace removed while a pod in it waits for its finalizer: %v", err)
+	}
+	if _, err := c.AppsV1().DaemonSets("doomed").Get(ctx, "ds", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a DaemonSet was deleted while a pod of the namespace remains: %v", err)
+	}
+	if _, err := c.CoordinationV1().Leases("doomed").Get(ctx, "l", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a Lease was deleted while a pod of the namespace remains: %v", err)
 	}
 	heldPod.Finalizers = nil
 	_, err = c.CoreV1().Pods("doomed").Update(ctx, heldPod, metav1.UpdateOptions{})
@@ -398,5 +432,67 @@ func TestDeleteOptionsUnderAnyServedGroupVersion(t *testing.T) {
 	}
 	if _, err := dss.Get(ctx, "kept", metav1.GetOptions{}); err != nil {
 		t.Fatalf("a refused delete deleted: %v", err)
+	}
+}
+
+// TestNamespaceFinalize: namespaces/finalize writes spec.finalizers (which the main
+// resource keeps as stored) and metadata, never status; finalizer names must be qualified
+// or standard; a Terminating namespace whose last finalizer it removes is gone at once.
+func TestNamespaceFinalize(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	nss := env.Client.CoreV1().Namespaces()
+	ctx := testCtx(t)
+	ns, err := nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fin"}}, metav1.CreateOptions{})
+	check(t, err)
+
+	// The main resource does not change spec.finalizers.
+	ns.Spec.Finalizers = append(ns.Spec.Finalizers, "example.com/main")
+	ns, err = nss.Update(ctx, ns, metav1.UpdateOptions{})
+	check(t, err)
+	if !slices.Equal(ns.Spec.Finalizers, []corev1.FinalizerName{corev1.FinalizerKubernetes}) {
+		t.Fatalf("update through the main resource: finalizers %v", ns.Spec.Finalizers)
+	}
+
+	tests := []struct {
+		name       string
+		finalizers []corev1.FinalizerName
+		wantCode   int32 // 0: accepted
+	}{
+		{"add a qualified one", []corev1.FinalizerName{corev1.FinalizerKubernetes, "e2e.example.com/fake"}, 0},
+		{"unqualified, not standard", []corev1.FinalizerName{corev1.FinalizerKubernetes, "bogus"}, 422},
+		{"invalid qualified name", []corev1.FinalizerName{"example.com/-bad-"}, 422},
+		{"back to the standard one", []corev1.FinalizerName{corev1.FinalizerKubernetes}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cur, err := nss.Get(ctx, "fin", metav1.GetOptions{})
+			check(t, err)
+			cur.Spec.Finalizers = tc.finalizers
+			cur.Status.Phase = corev1.NamespaceTerminating // ignored: status is not finalize's
+			cur.Labels["touched"] = tc.name[:3]
+			got, err := nss.Finalize(ctx, cur, metav1.UpdateOptions{})
+			if tc.wantCode != 0 {
+				expectStatus(t, err, tc.wantCode, metav1.StatusReasonInvalid)
+				return
+			}
+			check(t, err)
+			if !slices.Equal(got.Spec.Finalizers, tc.finalizers) || got.Status.Phase != corev1.NamespaceActive || got.Labels["touched"] != tc.name[:3] {
+				t.Fatalf("finalizers %v phase %q labels %v", got.Spec.Finalizers, got.Status.Phase, got.Labels)
+			}
+		})
+	}
+
+	// A Terminating namespace whose finalizers are all removed is removed by that write.
+	_, err = env.Client.CoreV1().ConfigMaps("fin").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{})
+	check(t, err)
+	check(t, nss.Delete(ctx, "fin", metav1.DeleteOptions{}))
+	cur, err := nss.Get(ctx, "fin", metav1.GetOptions{})
+	check(t, err)
+	cur.Spec.Finalizers = nil
+	_, err = nss.Finalize(ctx, cur, metav1.UpdateOptions{})
+	check(t, err)
+	if _, err := nss.Get(ctx, "fin", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("namespace after its last finalizer was removed: %v, want NotFound", err)
 	}
 }

@@ -38,6 +38,11 @@ func serveVersion(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveCoreVersions(w http.ResponseWriter, r *http.Request) {
+	if wantsAggregatedDiscovery(r) {
+		s.serveAggregatedDiscovery(w, true)
+		return
+	}
+	w.Header().Set("Vary", "Accept")
 	writeJSON(w, http.StatusOK, &metav1.APIVersions{
 		TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},
 		Versions: []string{"v1"},
@@ -61,16 +66,28 @@ func (s *Server) apiGroup(name string) metav1.APIGroup {
 	return g
 }
 
-func (s *Server) serveGroups(w http.ResponseWriter, _ *http.Request) {
-	list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
+// discoveryGroups are the groups /apis lists: the served ones in registration order, then
+// the review groups.
+func (s *Server) discoveryGroups() []string {
+	var out []string
 	for _, gv := range s.reg.groupVersions() {
 		if gv.Group != "" {
-			list.Groups = append(list.Groups, s.apiGroup(gv.Group))
+			out = append(out, gv.Group)
 		}
 	}
-	for _, g := range reviewGroups() {
+	return append(out, reviewGroups()...)
+}
+
+func (s *Server) serveGroups(w http.ResponseWriter, r *http.Request) {
+	if wantsAggregatedDiscovery(r) {
+		s.serveAggregatedDiscovery(w, false)
+		return
+	}
+	list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
+	for _, g := range s.discoveryGroups() {
 		list.Groups = append(list.Groups, s.apiGroup(g))
 	}
+	w.Header().Set("Vary", "Accept")
 	writeJSON(w, http.StatusOK, list)
 }
 
@@ -91,18 +108,27 @@ func (s *Server) serveGroup(w http.ResponseWriter, r *http.Request) {
 var verbsMain = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 
 func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
-	group, ver := mux.Vars(r)["group"], mux.Vars(r)["version"]
+	list, ok := s.resourceList(mux.Vars(r)["group"], mux.Vars(r)["version"])
+	if !ok {
+		writeError(w, r, notFoundPath(r), groupResourceNone, "")
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// resourceList is the discovery document of one group version, resources sorted by name,
+// each subresource an entry "<resource>/<sub>" of its own; false when the group version is
+// not served.
+func (s *Server) resourceList(group, ver string) (*metav1.APIResourceList, bool) {
 	resources := s.reg.inGroupVersion(group, ver)
 	if len(resources) == 0 {
 		if reviews := reviewResources(group, ver); len(reviews) > 0 {
-			writeJSON(w, http.StatusOK, &metav1.APIResourceList{
+			return &metav1.APIResourceList{
 				TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 				GroupVersion: group + "/" + ver, APIResources: reviews,
-			})
-			return
+			}, true
 		}
-		writeError(w, r, notFoundPath(r), groupResourceNone, "")
-		return
+		return nil, false
 	}
 	list := &metav1.APIResourceList{
 		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
@@ -126,7 +152,7 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.SliceStable(list.APIResources, func(i, j int) bool { return list.APIResources[i].Name < list.APIResources[j].Name })
-	writeJSON(w, http.StatusOK, list)
+	return list, true
 }
 
 // storageVersionHash lets clients notice a storage version change; ours never changes, so

@@ -34,7 +34,32 @@ type output struct {
 // protobuf are served (CBOR is not), and a header naming nothing we serve gets 406 so the
 // client knows why.
 func negotiate(r *http.Request) (output, error) {
+	return negotiateAccept(r.Header.Get("Accept"))
+}
+
+// negotiateObject is negotiate for endpoints whose answers have no Table or metadata form
+// (the reviews): media types asking for one are not acceptable there, as kube-apiserver's
+// negotiation finds for a backend without a table converter, and a header naming nothing
+// else gets 406.
+func negotiateObject(r *http.Request) (output, error) {
 	accept := r.Header.Get("Accept")
+	if accept == "" {
+		return output{}, nil
+	}
+	var kept []string
+	for _, part := range strings.Split(accept, ",") {
+		if _, params, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && params["as"] != "" {
+			continue
+		}
+		kept = append(kept, part)
+	}
+	if len(kept) == 0 {
+		return output{}, notAcceptable("only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf")
+	}
+	return negotiateAccept(strings.Join(kept, ","))
+}
+
+func negotiateAccept(accept string) (output, error) {
 	if accept == "" {
 		return output{}, nil
 	}

@@ -27,6 +27,9 @@ func (c *call) get() {
 			c.fail(err)
 			return
 		}
+		if c.info.res.custom != nil {
+			c.info.res.custom.defaultOnRead(obj)
+		}
 		c.respond(200, obj, nil)
 		return
 	}

@@ -190,17 +190,27 @@ func (f *namespaceFinalizer) run(ctx context.Context) {
 	}
 }
 
-// finalize deletes everything in the namespace; once nothing is left it drops the
-// "kubernetes" finalizer and removes the namespace (unless other finalizers remain).
+// finalize deletes everything in the namespace, pods first: while a pod remains (its
+// kubelet has not stopped it, or a finalizer holds it) nothing else is deleted, so that
+// what a pod still uses (its ConfigMaps, Secrets, ServiceAccount) outlives it, as the
+// namespace controller's ordered deletion does. Each round records its progress in the
+// namespace's status conditions. Once nothing is left it drops the "kubernetes" finalizer
+// and removes the namespace (unless other finalizers remain).
 func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 	zero := int64(0)
 	background := metav1.DeletePropagationBackground
 	opts := &metav1.DeleteOptions{GracePeriodSeconds: &zero, PropagationPolicy: &background}
-	remaining := 0
+	pods := f.s.reg.lookup("", "v1", "pods")
+	var others []*resource
 	for _, res := range f.s.reg.resources() {
-		if !res.namespaced {
-			continue
+		if res.namespaced && res != pods {
+			others = append(others, res)
 		}
+	}
+	totals := newContentTotals()
+	present := 0 // objects found this round, gone or not
+	// deleteAll deletes every object of res in the namespace and counts what stays.
+	deleteAll := func(res *resource) error {
 		// Each cache follows its own etcd watch and may not yet hold objects created
 		// just before the namespace was deleted: catch up first, or "nothing left" could
 		// be wrong and the namespace removed with content still in it.
@@ -208,14 +218,38 @@ func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 			return err
 		}
 		items, _ := res.cache.list(&watchFilter{namespace: name})
-		remaining += len(items)
+		present += len(items)
 		for _, it := range items {
-			if _, _, err := f.s.deleteOne(ctx, res, it.namespace, it.name, opts, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+			last, gone, err := f.s.deleteOne(ctx, res, it.namespace, it.name, opts, nil)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				totals.errs = append(totals.errs, fmt.Sprintf("%s: %v", res.groupResource(), err))
+				continue
+			}
+			if !gone {
+				totals.remain(res.groupResource().String(), last)
+			}
+		}
+		return nil
+	}
+	if pods != nil {
+		if err := deleteAll(pods); err != nil {
+			return err
+		}
+	}
+	if len(totals.remaining) == 0 {
+		for _, res := range others {
+			if err := deleteAll(res); err != nil {
 				return err
 			}
 		}
 	}
-	if remaining > 0 {
+	if err := f.updateConditions(ctx, name, totals); err != nil {
+		return err
+	}
+	if present > 0 {
 		delete(f.emptySince, name)
 		return nil // the next round sees the deletions in the caches
 	}

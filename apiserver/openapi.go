@@ -215,10 +215,13 @@ func addCustomResourceOpenAPI(custom []*resource, v2 **spec.Swagger, v3 map[stri
 	byGV := map[string][]*spec3.OpenAPI{}
 	for _, r := range custom {
 		crd, version := r.custom.crd, r.version
-		s2, err := crdbuilder.BuildOpenAPIV2(crd, version, crdbuilder.Options{V2: true, StripValueValidation: true, StripNullable: true, IncludeSelectableFields: true})
+		// The v2 schema keeps the definition's value validations (required, enum,
+		// pattern, …) and loses only its defaults, as kube-apiserver publishes it.
+		s2, err := crdbuilder.BuildOpenAPIV2(crd, version, crdbuilder.Options{V2: true, IncludeSelectableFields: true})
 		if err != nil {
 			return fmt.Errorf("apiserver: OpenAPI v2 of %s %s: %w", crd.Name, version, err)
 		}
+		s2.Definitions = handler.PruneDefaults(s2.Definitions)
 		v2Specs = append(v2Specs, s2)
 		s3, err := crdbuilder.BuildOpenAPIV3(crd, version, crdbuilder.Options{IncludeSelectableFields: true})
 		if err != nil {

@@ -96,7 +96,7 @@ func (c reconcileClient) update(obj runtime.Object) (runtime.Object, error) {
 	m := obj.(metav1.Object)
 	return c.s.store.GuaranteedUpdate(c.ctx, c.res.key(c.s.cfg.EtcdPrefix, "", m.GetName()), func(cur runtime.Object) (runtime.Object, error) {
 		next := obj.DeepCopyObject()
-		if err := c.s.prepareUpdate(c.res, next, cur, false, m.GetName(), c.s.clock.Now()); err != nil {
+		if err := c.s.prepareUpdate(c.res, next, cur, nil, m.GetName(), c.s.clock.Now()); err != nil {
 			return nil, err
 		}
 		return next, nil

@@ -111,6 +111,17 @@ type subresource struct {
 	// produces are the media types its GET answers with when that is text rather than an
 	// object (log), for OpenAPI.
 	produces []string
+	// rules, when set, are what a write through it may change (namespaces/finalize: only
+	// spec.finalizers); nil means the strategy's status rules.
+	rules *subresourceRules
+}
+
+// subresourceRules are the update rules of a subresource that writes part of its object
+// other than status.
+type subresourceRules struct {
+	// prepare copies from old everything a write through the subresource may not change.
+	prepare  func(obj, old runtime.Object)
+	validate func(obj, old runtime.Object) field.ErrorList
 }
 
 // statusSubresource is the status of an object, written apart from its spec.
@@ -299,7 +310,7 @@ func coreResources(deps builtinDeps) []*resource {
 	out := []*resource{
 		{
 			version: "v1", name: "namespaces", kind: "Namespace", singular: "namespace",
-			shortNames: []string{"ns"}, subresources: []subresource{statusSubresource},
+			shortNames: []string{"ns"}, subresources: []subresource{namespaceFinalizeSubresource, statusSubresource},
 			newFunc: func() runtime.Object { return &corev1.Namespace{} }, newListFunc: func() runtime.Object { return &corev1.NamespaceList{} },
 			strategy: namespaceStrategy{}, fields: namespaceFields,
 			validateName: apivalidation.NameIsDNSLabel, deleteFunc: (*Server).deleteNamespace, noDeleteCollection: true,

@@ -230,11 +230,10 @@ func (s *Server) serveReview(api reviewAPI) http.HandlerFunc {
 			return
 		}
 		var err error
-		if c.out, err = negotiate(r); err != nil {
+		if c.out, err = negotiateObject(r); err != nil {
 			writeError(w, r, err, gr, "")
 			return
 		}
-		c.out.kind = outputObject // reviews have no table form
 		data, err := c.readBody()
 		if err != nil {
 			writeError(w, r, err, gr, "")

@@ -29,6 +29,9 @@ type kindRules[T runtime.Object] struct {
 	checkUpdate func(obj, old T) field.ErrorList
 	// hasStatus: status is written through the status subresource only.
 	hasStatus bool
+	// onStatusUpdate copies from old what else a status write may not change (a
+	// Deployment's labels), after the rest but status and metadata is copied.
+	onStatusUpdate func(obj, old T)
 	// checkStatus checks a status write.
 	checkStatus func(obj, old T) field.ErrorList
 	columns     []metav1.TableColumnDefinition
@@ -89,6 +92,9 @@ func (k kindRules[T]) prepareForStatusUpdate(obj, old runtime.Object, _ time.Tim
 		k.defaults(obj.(T))
 	}
 	keepAllButStatus(obj, old)
+	if k.onStatusUpdate != nil {
+		k.onStatusUpdate(obj.(T), old.(T))
+	}
 }
 
 func (k kindRules[T]) validateStatusUpdate(obj, old runtime.Object) field.ErrorList {

@@ -240,9 +240,12 @@ func (s *Server) routes() http.Handler {
 	r.HandleFunc("/openapi/v3/{path:.+}", s.serveOpenAPIGroupVersion).Methods(http.MethodGet)
 	r.HandleFunc(oidcDiscoveryPath, s.serveOIDCDiscovery).Methods(http.MethodGet)
 	r.HandleFunc(jwksPath, s.serveJWKS).Methods(http.MethodGet)
-	r.HandleFunc("/api/{version}", s.serveResourceList).Methods(http.MethodGet)
-	r.HandleFunc("/apis/{group}", s.serveGroup).Methods(http.MethodGet)
-	r.HandleFunc("/apis/{group}/{version}", s.serveResourceList).Methods(http.MethodGet)
+	// Each discovery path also with a trailing slash, as kube-apiserver answers both.
+	for _, suffix := range []string{"", "/"} {
+		r.HandleFunc("/api/{version}"+suffix, s.serveResourceList).Methods(http.MethodGet)
+		r.HandleFunc("/apis/{group}"+suffix, s.serveGroup).Methods(http.MethodGet)
+		r.HandleFunc("/apis/{group}/{version}"+suffix, s.serveResourceList).Methods(http.MethodGet)
+	}
 	for _, api := range reviewAPIs {
 		r.HandleFunc(api.path(), s.serveReview(api)).Methods(http.MethodPost)
 	}

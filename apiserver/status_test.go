@@ -6,13 +6,15 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestStatusSubresource: a write to the main resource keeps the stored status, a write
-// to status keeps everything else (spec and client metadata), for nodes, pods and
-// DaemonSets.
+// to status keeps the spec and may change the client's metadata (but a pod's owners and a
+// Deployment's labels), for nodes, pods, DaemonSets, Deployments and CronJobs.
 func TestStatusSubresource(t *testing.T) {
 	t.Parallel()
 	env := newEnv(t)
@@ -120,8 +122,8 @@ func TestStatusSubresource(t *testing.T) {
 			t.Fatalf("status update changed spec or generation: minReadySeconds %d image %s generation %d",
 				ds.Spec.MinReadySeconds, ds.Spec.Template.Spec.Containers[0].Image, ds.Generation)
 		}
-		if ds.Labels["set"] != "" {
-			t.Fatalf("a DaemonSet's status write changed its labels (%v): apps kinds keep their metadata", ds.Labels)
+		if ds.Labels["set"] != "by-status" {
+			t.Fatalf("labels after a DaemonSet's status write: %v, want them changed (as kube-apiserver)", ds.Labels)
 		}
 		if ds.Annotations["deprecated.daemonset.template.generation"] != "1" {
 			t.Fatalf("status update changed the template generation: %v", ds.Annotations)
@@ -143,6 +145,35 @@ func TestStatusSubresource(t *testing.T) {
 			if !hasCause(se.ErrStatus, tc.field, "") {
 				t.Errorf("%s: causes %+v lack %s", tc.name, se.ErrStatus.Details.Causes, tc.field)
 			}
+		}
+	})
+	t.Run("deployments and cronjobs", func(t *testing.T) {
+		d, err := c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}},
+		}, metav1.CreateOptions{})
+		check(t, err)
+		d, err = c.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"app":"changed"},"annotations":{"patched":"yes"}},"status":{"replicas":2}}`), metav1.PatchOptions{}, "status")
+		check(t, err)
+		if d.Status.Replicas != 2 || d.Labels["app"] != "web" || d.Annotations["patched"] != "yes" {
+			t.Fatalf("deployment status patch: replicas %d labels %v annotations %v, want 2, labels kept, annotation set",
+				d.Status.Replicas, d.Labels, d.Annotations)
+		}
+		cj, err := c.BatchV1().CronJobs("default").Create(ctx, &batchv1.CronJob{
+			ObjectMeta: metav1.ObjectMeta{Name: "nightly"},
+			Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure,
+					Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}}},
+		}, metav1.CreateOptions{})
+		check(t, err)
+		cj, err = c.BatchV1().CronJobs("default").Patch(ctx, cj.Name, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"patchedstatus":"true"}},"status":{"lastScheduleTime":"2026-01-02T03:04:05Z"}}`), metav1.PatchOptions{}, "status")
+		check(t, err)
+		if cj.Status.LastScheduleTime == nil || cj.Annotations["patchedstatus"] != "true" {
+			t.Fatalf("cronjob status patch: lastScheduleTime %v annotations %v", cj.Status.LastScheduleTime, cj.Annotations)
 		}
 	})
 }

@@ -57,6 +57,33 @@ func (namespaceStrategy) holdsDeletion(obj runtime.Object) bool {
 	return len(obj.(*corev1.Namespace).Spec.Finalizers) > 0
 }
 
+// namespaceFinalizeSubresource is namespaces/finalize, through which the namespace
+// controller (or anyone allowed) edits spec.finalizers, which the main resource keeps as
+// stored. Like kube-apiserver it takes metadata and spec and keeps the status; a
+// Terminating namespace left with no finalizer of either kind is removed by the write.
+var namespaceFinalizeSubresource = subresource{name: "finalize", verbs: metav1.Verbs{"update"},
+	rules: &subresourceRules{
+		prepare: func(obj, old runtime.Object) {
+			obj.(*corev1.Namespace).Status = old.(*corev1.Namespace).Status
+		},
+		validate: func(obj, _ runtime.Object) field.ErrorList {
+			var errs field.ErrorList
+			p := field.NewPath("spec", "finalizers")
+			for i, f := range obj.(*corev1.Namespace).Spec.Finalizers {
+				errs = append(errs, apivalidation.ValidateFinalizerName(string(f), p.Index(i))...)
+				if !strings.Contains(string(f), "/") && !standardFinalizers[string(f)] {
+					errs = append(errs, field.Invalid(p.Index(i), string(f), "name is neither a standard finalizer name nor is it fully qualified"))
+				}
+			}
+			return errs
+		},
+	}}
+
+// standardFinalizers are the finalizer names that need no domain prefix.
+var standardFinalizers = map[string]bool{
+	string(corev1.FinalizerKubernetes): true, metav1.FinalizerOrphanDependents: true, metav1.FinalizerDeleteDependents: true,
+}
+
 // namespaceFields are the selectable fields of namespaces.
 var namespaceFields = fieldsOf(map[string]func(*corev1.Namespace) string{
 	"status.phase": func(ns *corev1.Namespace) string { return string(ns.Status.Phase) },

@@ -421,8 +421,12 @@ func (podStrategy) validateUpdate(obj, old runtime.Object) field.ErrorList {
 	return errs
 }
 
+// prepareForStatusUpdate keeps the spec and, as kube-apiserver's pod status strategy, the
+// owners: a kubelet's status write must not detach a pod from its controller.
 func (podStrategy) prepareForStatusUpdate(obj, old runtime.Object, _ time.Time) {
-	obj.(*corev1.Pod).Spec = old.(*corev1.Pod).Spec
+	pod, oldPod := obj.(*corev1.Pod), old.(*corev1.Pod)
+	pod.Spec = oldPod.Spec
+	pod.OwnerReferences = oldPod.OwnerReferences
 }
 
 func (podStrategy) validateStatusUpdate(obj, old runtime.Object) field.ErrorList {

@@ -80,6 +80,8 @@ func selectorImmutable(sel, old *metav1.LabelSelector) field.ErrorList {
 
 var deploymentRules = kindRules[*appsv1.Deployment]{
 	hasStatus: true,
+	// As kube-apiserver's deployment status strategy: the labels are the spec's business.
+	onStatusUpdate: func(d, old *appsv1.Deployment) { d.Labels = old.Labels },
 	defaults: func(d *appsv1.Deployment) {
 		spec := &d.Spec
 		if spec.Replicas == nil {

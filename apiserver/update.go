@@ -233,7 +233,7 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 		if err != nil {
 			return nil, err
 		}
-		if err := c.s.prepareUpdate(res, next, cur, status, c.info.name, c.s.clock.Now()); err != nil {
+		if err := c.s.prepareUpdate(res, next, cur, c.info.sub, c.info.name, c.s.clock.Now()); err != nil {
 			return nil, err
 		}
 		if !opts.applied && opts.manager != "" {
@@ -309,8 +309,10 @@ func deletionComplete(res *resource, obj runtime.Object) bool {
 }
 
 // prepareUpdate applies the update rules to next given the stored cur: preconditions,
-// server-owned metadata, the resource's main-or-status rules, generation, validation.
-func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status bool, name string, now time.Time) error {
+// server-owned metadata, the rules of the main resource, of status or of another
+// subresource (sub, nil for the main resource), generation, validation.
+func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, sub *subresource, name string, now time.Time) error {
+	status := sub != nil && sub.rules == nil
 	nm, _ := meta.Accessor(next)
 	om, _ := meta.Accessor(cur)
 	if rv := nm.GetResourceVersion(); rv != "" && rv != om.GetResourceVersion() {
@@ -328,17 +330,12 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 	nm.SetGeneration(om.GetGeneration())
 	nm.SetSelfLink("")
 	if status {
-		// A status write keeps the owners as stored. Of the other metadata a client may
-		// edit, kube-apiserver lets the status of core kinds (a kubelet's pods and node)
-		// and of custom resources change it, and resets it for the others
-		// (metav1.ResetObjectMetaForStatus in the apps, batch, policy … strategies).
-		nm.SetOwnerReferences(om.GetOwnerReferences())
-		if res.group != "" && res.custom == nil {
-			nm.SetLabels(om.GetLabels())
-			nm.SetAnnotations(om.GetAnnotations())
-			nm.SetFinalizers(om.GetFinalizers())
-		}
+		// A status write may change the metadata a client may edit (labels, annotations,
+		// finalizers, owners), as kube-apiserver's status strategies let it; the few
+		// exceptions (a pod's owners, a Deployment's labels) are the kinds' own rules.
 		res.strategy.prepareForStatusUpdate(next, cur, now)
+	} else if sub != nil {
+		sub.rules.prepare(next, cur)
 	} else {
 		res.strategy.prepareForUpdate(next, cur, now)
 		if res.tracksGeneration && generationChanged(res, next, cur) {
@@ -349,9 +346,12 @@ func (s *Server) prepareUpdate(res *resource, next, cur runtime.Object, status b
 	if om.GetDeletionTimestamp() != nil {
 		errs = append(errs, noNewFinalizers(nm.GetFinalizers(), om.GetFinalizers())...)
 	}
-	if status {
+	switch {
+	case status:
 		errs = append(errs, res.strategy.validateStatusUpdate(next, cur)...)
-	} else {
+	case sub != nil:
+		errs = append(errs, sub.rules.validate(next, cur)...)
+	default:
 		errs = append(errs, apivalidation.ValidateObjectMetaAccessor(nm, res.namespaced, res.nameValidator(), field.NewPath("metadata"))...)
 		errs = append(errs, res.strategy.validateUpdate(next, cur)...)
 	}

@@ -17,18 +17,20 @@ const (
 	ControllerDaemonSet        = "daemonset"
 	ControllerGarbageCollector = "garbagecollector"
 	ControllerNodeLifecycle    = "nodelifecycle"
+	ControllerNodeIPAM         = "nodeipam"
 )
 
 // KnownControllers lists every controller name, in start order.
-var KnownControllers = []string{ControllerDaemonSet, ControllerGarbageCollector, ControllerNodeLifecycle}
+var KnownControllers = []string{ControllerDaemonSet, ControllerGarbageCollector, ControllerNodeLifecycle, ControllerNodeIPAM}
 
 // ControllerManager configures `miniplane controller-manager` (and its part of `miniplane up`).
 type ControllerManager struct {
 	// Kubeconfig is the client configuration; flag --kubeconfig.
 	Kubeconfig string `mapstructure:"kubeconfig" flag:"kubeconfig" help:"kubeconfig of the controller-manager's API credentials"`
 	// Controllers selects the controllers to run, as kube-controller-manager's flag: names,
-	// "*" for all, "-name" to drop one; default all of daemonset, garbagecollector and
-	// nodelifecycle. Flag --controllers.
+	// "*" for all, "-name" to drop one; default all of daemonset, garbagecollector,
+	// nodelifecycle and nodeipam (which assigns nothing unless allocate-node-cidrs is on).
+	// Flag --controllers.
 	Controllers []string `mapstructure:"controllers" flag:"controllers" help:"controllers to run: names, \"*\" for all, \"-name\" to drop one"`
 	// FeatureGates switch features on or off, e.g. ScheduleDaemonSetPods: false; default
 	// ScheduleDaemonSetPods on. Flag --feature-gates=ScheduleDaemonSetPods=false.
@@ -68,6 +70,8 @@ type ControllerManager struct {
 	GarbageCollector GarbageCollectorController `mapstructure:"garbagecollector"`
 	// NodeLifecycle configures the node lifecycle controller.
 	NodeLifecycle NodeLifecycleController `mapstructure:"nodelifecycle"`
+	// NodeIPAM configures the node IPAM controller (pod CIDRs of the Nodes).
+	NodeIPAM NodeIPAMController `mapstructure:"nodeipam"`
 }
 
 // LeaderElection configures client-go leader election on a coordination.k8s.io Lease.
@@ -173,6 +177,7 @@ func DefaultControllerManager() ControllerManager {
 		DaemonSet:        DefaultDaemonSetController(),
 		GarbageCollector: DefaultGarbageCollectorController(),
 		NodeLifecycle:    DefaultNodeLifecycleController(),
+		NodeIPAM:         DefaultNodeIPAMController(),
 
 		// As kubeadm runs kube-controller-manager: the bootstrap policy binds each
 		// controller's role to its ServiceAccount.
@@ -259,7 +264,10 @@ func (c ControllerManager) Validate() error {
 	if err := c.GarbageCollector.Validate(); err != nil {
 		return within("garbagecollector", err)
 	}
-	return within("nodelifecycle", c.NodeLifecycle.Validate())
+	if err := c.NodeLifecycle.Validate(); err != nil {
+		return within("nodelifecycle", err)
+	}
+	return within("nodeipam", c.NodeIPAM.Validate())
 }
 
 // DefaultGarbageCollectorController returns kube-controller-manager's defaults.

@@ -26,11 +26,16 @@ const (
 	DefaultStubLeaseDuration = 40 * time.Second
 	// DefaultStubLeaseRenewInterval is the kubelet's renew interval (a quarter of the duration).
 	DefaultStubLeaseRenewInterval = 10 * time.Second
-	// DefaultStubPodCIDR is split into one block per node (NodeCIDRMaskSize) for pod IPs:
-	// 10.128.0.0/9 holds 32768 /24 blocks, enough for the largest fleet we run.
-	DefaultStubPodCIDR = "10.128.0.0/9"
-	// DefaultStubNodeCIDRMaskSize gives each node 254 pod IPs, above the default 110 max pods.
+	// DefaultStubNodeCIDRMaskSize gives each node 254 pod IPs, above the default 110 max
+	// pods, when pod-cidr is set.
 	DefaultStubNodeCIDRMaskSize = 24
+	// StubInstanceHostname, in node-instance, stands for the host's name made a valid name
+	// part (lower case, other characters than letters and digits turned into '-').
+	StubInstanceHostname = "{hostname}"
+	// StubInstanceReplica, in node-instance, stands for the replica number docker compose
+	// gave the container (kubelet-fleet_3 → 3), which `up --scale` makes unique and
+	// `down`/`up` keeps, unlike the container's hostname.
+	StubInstanceReplica = "{replica}"
 	// DefaultStubInternalIPCIDR numbers the nodes' InternalIP addresses: node i gets the
 	// (i+1)-th address.
 	DefaultStubInternalIPCIDR = "172.16.0.0/12"
@@ -61,6 +66,12 @@ type KubeletStub struct {
 	Nodes int `mapstructure:"nodes" flag:"nodes" help:"fleet size when --node-name is not set"`
 	// NodePrefix names fleet nodes NodePrefix-<i>; default "stub-node". Flag --node-prefix.
 	NodePrefix string `mapstructure:"node-prefix" flag:"node-prefix" help:"fleet nodes are named PREFIX-0 … PREFIX-(N-1)"`
+	// NodeInstance, when set, names fleet nodes NodePrefix-<instance>-<i> instead, so that
+	// several processes running one fleet (one prefix, one credential) register distinct
+	// nodes. StubInstanceHostname ("{hostname}") and StubInstanceReplica ("{replica}")
+	// stand for the host's name and the docker compose replica number; `miniplane
+	// kubeletstub` replaces them when it starts. Default "". Flag --node-instance.
+	NodeInstance string `mapstructure:"node-instance" flag:"node-instance" help:"fleet nodes are named PREFIX-INSTANCE-<i>; {hostname} is the host's name, {replica} the docker compose replica number"`
 	// HealthListen serves /healthz, /readyz and /metrics; "" (the default) disables it and
 	// port 0 picks a free port. Flag --health-listen.
 	HealthListen string `mapstructure:"health-listen" flag:"health-listen" help:"serve /healthz, /readyz and /metrics on HOST:PORT (port 0 picks one; \"\" disables)"`
@@ -96,10 +107,12 @@ type KubeletStub struct {
 	// RecordEvents emits kubelet-like Events (pod rejections); default true.
 	RecordEvents bool `mapstructure:"record-events"`
 
-	// PodCIDR is split into per-node blocks of NodeCIDRMaskSize bits; node i gets block i as
-	// spec.podCIDR when it is created, and pod IPs come from its node's block.
-	// Defaults 10.128.0.0/9 and 24. Use a different range per process to keep IPs unique
-	// across fleets.
+	// PodCIDR, when set, is split into per-node blocks of NodeCIDRMaskSize bits; node i gets
+	// block i as spec.podCIDR when it is created. Default "": the Node is registered
+	// without one and the control plane assigns it (the controller-manager's
+	// allocate-node-cidrs), which keeps pod IPs unique across fleets in any number of
+	// processes; pods wait for it, as on a kubelet whose network is not ready. Either way
+	// pod IPs come from the Node's spec.podCIDR. NodeCIDRMaskSize defaults to 24.
 	PodCIDR          string `mapstructure:"pod-cidr"`
 	NodeCIDRMaskSize int    `mapstructure:"node-cidr-mask-size"`
 	// InternalIPCIDR numbers the nodes' InternalIP addresses when the template lists none;
@@ -228,7 +241,6 @@ func DefaultKubeletStub() KubeletStub {
 		HeartbeatWorkers:   16,
 		PodWorkers:         8,
 		RecordEvents:       true,
-		PodCIDR:            DefaultStubPodCIDR,
 		NodeCIDRMaskSize:   DefaultStubNodeCIDRMaskSize,
 		InternalIPCIDR:     DefaultStubInternalIPCIDR,
 		FaultSeed:          1,
@@ -245,9 +257,13 @@ func (c KubeletStub) NodeNames() []string {
 	if c.NodeName != "" {
 		return []string{c.NodeName}
 	}
+	prefix := c.NodePrefix
+	if c.NodeInstance != "" {
+		prefix += "-" + c.NodeInstance
+	}
 	names := make([]string, c.Nodes)
 	for i := range names {
-		names[i] = fmt.Sprintf("%s-%d", c.NodePrefix, i)
+		names[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
 	return names
 }
@@ -344,7 +360,10 @@ func (c KubeletStub) Validate() error {
 			return invalid("node-prefix", "must not be empty")
 		}
 	}
-	names := c.NodeNames()
+	// Placeholders are replaced when the stub starts; check the names with stand-ins.
+	named := c
+	named.NodeInstance = strings.NewReplacer(StubInstanceHostname, "host", StubInstanceReplica, "1").Replace(c.NodeInstance)
+	names := named.NodeNames()
 	for _, name := range []string{names[0], names[len(names)-1]} {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			key := "node-prefix"
@@ -352,6 +371,11 @@ func (c KubeletStub) Validate() error {
 				key = "node-name"
 			}
 			return invalidf(key, "node name %q: %s", name, strings.Join(errs, "; "))
+		}
+		// The node's kubernetes.io/hostname label is its name, and label values are at
+		// most 63 characters.
+		if errs := validation.IsValidLabelValue(name); len(errs) > 0 && c.NodeName == "" {
+			return invalidf("node-instance", "node name %q: %s", name, strings.Join(errs, "; "))
 		}
 	}
 	if err := validateHealthListen(c.HealthListen); err != nil {
@@ -405,16 +429,22 @@ func (c KubeletStub) Validate() error {
 
 // validateNetworks checks that the pod and node address ranges hold nodes nodes.
 func (c KubeletStub) validateNetworks(nodes int) error {
-	_, podNet, err := net.ParseCIDR(c.PodCIDR)
-	if err != nil || podNet.IP.To4() == nil {
-		return invalidf("pod-cidr", "%q must be an IPv4 CIDR", c.PodCIDR)
-	}
-	ones, _ := podNet.Mask.Size()
-	if c.NodeCIDRMaskSize < ones || c.NodeCIDRMaskSize > 30 {
-		return invalidf("node-cidr-mask-size", "must be between %d (the pod-cidr's) and 30", ones)
-	}
-	if blocks := 1 << (c.NodeCIDRMaskSize - ones); c.NodeName == "" && c.Nodes > blocks {
-		return invalidf("pod-cidr", "%s has %d blocks of /%d, fewer than the %d nodes", c.PodCIDR, blocks, c.NodeCIDRMaskSize, c.Nodes)
+	if c.PodCIDR == "" {
+		if c.NodeCIDRMaskSize < 1 || c.NodeCIDRMaskSize > 30 {
+			return invalid("node-cidr-mask-size", "must be between 1 and 30")
+		}
+	} else {
+		_, podNet, err := net.ParseCIDR(c.PodCIDR)
+		if err != nil || podNet.IP.To4() == nil {
+			return invalidf("pod-cidr", "%q must be an IPv4 CIDR", c.PodCIDR)
+		}
+		ones, _ := podNet.Mask.Size()
+		if c.NodeCIDRMaskSize < ones || c.NodeCIDRMaskSize > 30 {
+			return invalidf("node-cidr-mask-size", "must be between %d (the pod-cidr's) and 30", ones)
+		}
+		if blocks := 1 << (c.NodeCIDRMaskSize - ones); c.NodeName == "" && c.Nodes > blocks {
+			return invalidf("pod-cidr", "%s has %d blocks of /%d, fewer than the %d nodes", c.PodCIDR, blocks, c.NodeCIDRMaskSize, c.Nodes)
+		}
 	}
 	_, ipNet, err := net.ParseCIDR(c.InternalIPCIDR)
 	if err != nil || ipNet.IP.To4() == nil {

@@ -39,6 +39,8 @@ func testConfig(nodes int) configs.KubeletStub {
 	cfg := configs.DefaultKubeletStub()
 	cfg.Nodes = nodes
 	cfg.NodePrefix = "n"
+	// The fake API has no node IPAM: the nodes bring their own blocks.
+	cfg.PodCIDR = "10.128.0.0/9"
 	cfg.ReportInterval = time.Minute
 	cfg.RecordEvents = false
 	cfg.HeartbeatWorkers = 2

@@ -283,7 +283,14 @@ func (f *Fleet) addHandlers() error {
 				return
 			}
 			n, ok := f.byName[node.Name]
-			if !ok || !faultAnnotationsChanged(old.Annotations, node.Annotations) {
+			if !ok {
+				return
+			}
+			if old.Spec.PodCIDR != node.Spec.PodCIDR {
+				// Pods waiting for the node's network can start now.
+				f.pods.enqueueNode(n.name)
+			}
+			if !faultAnnotationsChanged(old.Annotations, node.Annotations) {
 				return
 			}
 			f.log.Info("node fault annotations changed", "node", n.name)

@@ -48,8 +48,9 @@ type stubNode struct {
 	addresses           []corev1.NodeAddress
 	// hostIP is the first InternalIP, the pods' status.hostIP.
 	hostIP string
-	// podCIDR is the block this node asks for at registration; pod IPs come from the
-	// Node's spec.podCIDR when it has one (a re-used node keeps its block).
+	// podCIDR is the block this node asks for at registration, "" to leave it to the
+	// control plane; pod IPs come from the Node's spec.podCIDR when it has one (a re-used
+	// node keeps its block).
 	podCIDR string
 
 	progress atomic.Uint32
@@ -130,11 +131,13 @@ func newStubNode(cfg *configs.KubeletStub, name string, index int, resources res
 	if n.hostIP == "" {
 		n.hostIP = internalIP.String()
 	}
-	block, err := nodeBlock(cfg.PodCIDR, cfg.NodeCIDRMaskSize, index)
-	if err != nil {
-		return nil, fmt.Errorf("pod-cidr: %w", err)
+	if cfg.PodCIDR != "" {
+		block, err := nodeBlock(cfg.PodCIDR, cfg.NodeCIDRMaskSize, index)
+		if err != nil {
+			return nil, fmt.Errorf("pod-cidr: %w", err)
+		}
+		n.podCIDR = block.String()
 	}
-	n.podCIDR = block.String()
 	return n, nil
 }
 
@@ -218,12 +221,14 @@ func (n *stubNode) newNodeObject(now time.Time) *corev1.Node {
 			Annotations: n.annotations,
 		},
 		Spec: corev1.NodeSpec{
-			PodCIDR:    n.podCIDR,
-			PodCIDRs:   []string{n.podCIDR},
 			ProviderID: "miniplane://" + n.name,
 			Taints:     n.taints,
 		},
 		Status: n.status(conditions(currentFaults(&n.tmpl, n.annotations)), nil, metav1.NewTime(now).Rfc3339Copy()),
+	}
+	if n.podCIDR != "" {
+		// Without a block of its own the node gets one from the control plane.
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = n.podCIDR, []string{n.podCIDR}
 	}
 	return node.DeepCopy()
 }

@@ -2,6 +2,7 @@ package kubeletstub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -164,6 +165,12 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	f := currentFaults(&n.tmpl, node.Annotations)
 	now := c.clock.Now()
 	rec, err := c.record(n, pod, node, f, now)
+	if errors.Is(err, errNoPodCIDR) {
+		// As a kubelet whose network is not ready: the pod waits, and the Node update that
+		// brings the block re-queues the node's pods.
+		c.log.Debug("pod waits for its node's pod CIDR", "node", n.name, "pod", key)
+		return time.Time{}, nil
+	}
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -276,6 +283,9 @@ func (c *podController) admittedPods(n *stubNode, pod *corev1.Pod) []*corev1.Pod
 	return out
 }
 
+// errNoPodCIDR: the Node has no pod CIDR yet (the control plane has not assigned one).
+var errNoPodCIDR = errors.New("node has no pod CIDR yet")
+
 // podIP picks the pod's IP: the node's InternalIP for host-network pods, else a free address
 // of the node's pod CIDR (the Node's spec.podCIDR, or the configured block). Callers hold
 // n.mu.
@@ -286,6 +296,9 @@ func (c *podController) podIP(n *stubNode, pod *corev1.Pod, node *corev1.Node) (
 	block := node.Spec.PodCIDR
 	if block == "" {
 		block = n.podCIDR
+	}
+	if block == "" {
+		return "", errNoPodCIDR
 	}
 	used := map[string]bool{}
 	for _, rec := range n.pods {

@@ -223,3 +223,36 @@ func TestSyncFailureLevel(t *testing.T) {
 		})
 	}
 }
+
+// Without a pod-cidr of its own a node registers with no spec.podCIDR, and its pods wait
+// until the control plane assigns one; their IPs then come from that block.
+func TestPodsWaitForAssignedPodCIDR(t *testing.T) {
+	cfg := testConfig(2)
+	cfg.PodCIDR = ""
+	tf := newTestFleet(t, cfg)
+	tf.waitReady(t)
+	if n := tf.node(t, "n-0"); n.Spec.PodCIDR != "" || len(n.Spec.PodCIDRs) != 0 {
+		t.Fatalf("node registered with pod CIDR %q %v, want none", n.Spec.PodCIDR, n.Spec.PodCIDRs)
+	}
+	tf.createPod(t, newPod(podSpec{name: "waits", node: "n-0"}))
+	// A host-network pod on the other node needs no pod CIDR: once it runs, the pods are
+	// being worked on, and the first pod has had its chance.
+	host := newPod(podSpec{name: "host", node: "n-1"})
+	host.Spec.HostNetwork = true
+	tf.createPod(t, host)
+	tf.waitPhase(t, "host", corev1.PodRunning)
+	if p := tf.pod(t, "waits"); p.Status.Phase != corev1.PodPending || p.Status.PodIP != "" {
+		t.Fatalf("pod on a node without pod CIDR: phase %s IP %q, want Pending without IP", p.Status.Phase, p.Status.PodIP)
+	}
+
+	node := tf.node(t, "n-0")
+	node.Spec.PodCIDR, node.Spec.PodCIDRs = "10.200.7.0/24", []string{"10.200.7.0/24"}
+	if _, err := tf.client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := tf.waitPhase(t, "waits", corev1.PodRunning)
+	_, block, _ := net.ParseCIDR("10.200.7.0/24")
+	if ip := net.ParseIP(p.Status.PodIP); ip == nil || !block.Contains(ip) {
+		t.Errorf("pod IP %q, want one of the assigned block %s", p.Status.PodIP, block)
+	}
+}

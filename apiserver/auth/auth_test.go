@@ -100,7 +100,14 @@ func TestNodeNames(t *testing.T) {
 		{FleetUserPrefix + "fleet", "fleet-", false},
 		{FleetUserPrefix + "fleet", "fleet-x", false},
 		{FleetUserPrefix + "fleet", "fleetish-0", false},
-		{FleetUserPrefix + "fleet", "fleet-1-2", false},
+		{FleetUserPrefix + "fleet", "fleet-1-2", true},
+		{FleetUserPrefix + "fleet", "fleet-3f2a9c1b7d4e-17", true},
+		{FleetUserPrefix + "fleet", "fleet-host-a-17", true},
+		{FleetUserPrefix + "fleet", "fleet-host-", false},
+		{FleetUserPrefix + "fleet", "fleet--2", false},
+		{FleetUserPrefix + "fleet", "fleet-host--2", false},
+		{FleetUserPrefix + "fleet", "fleet-host-x", false},
+		{FleetUserPrefix + "fleet", "other-host-2", false},
 		{"someone", "someone", false},
 	}
 	for _, tt := range tests {

@@ -230,7 +230,11 @@ func restrictNode(u *User, a Attributes) (d Decision, reason string, restricted 
 	return 0, "", false
 }
 
-// NodeNames says which node names a node identity may act as.
+// NodeNames says which node names a node identity may act as: system:node:<name> its own
+// name; a fleet's system:node-fleet:<prefix> every <prefix>-<n> and <prefix>-<instance>-<n>,
+// the names of the fleet's nodes when several processes share its credential and each
+// names its nodes after an instance of its own (the stub's node-instance). The instances
+// share the credential, so each may act on the others' nodes, never beyond the fleet's.
 func NodeNames(u *User) func(string) bool {
 	switch {
 	case strings.HasPrefix(u.Name, NodeUserPrefix):
@@ -242,6 +246,12 @@ func NodeNames(u *User) func(string) bool {
 			rest, ok := strings.CutPrefix(n, prefix)
 			if !ok || rest == "" {
 				return false
+			}
+			if i := strings.LastIndexByte(rest, '-'); i >= 0 {
+				if instance := rest[:i]; instance == "" || strings.HasPrefix(instance, "-") || strings.HasSuffix(instance, "-") {
+					return false
+				}
+				rest = rest[i+1:]
 			}
 			_, err := strconv.ParseUint(rest, 10, 32)
 			return err == nil

@@ -29,6 +29,16 @@ fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration fi
 			if err := loadConfig(b, &cfg, configs.KubeletStub.ValidateStandalone); err != nil {
 				return err
 			}
+			instance, err := kubeletstub.ResolveInstance(cmd.Context(), cfg.NodeInstance)
+			if err != nil {
+				return err
+			}
+			if instance != cfg.NodeInstance {
+				cfg.NodeInstance = instance
+				if err := cfg.ValidateStandalone(); err != nil {
+					return err
+				}
+			}
 			return runKubeletStub(cmd.Context(), cfg)
 		},
 	}

@@ -83,6 +83,7 @@ type Controller struct {
 	backoff      *flowcontrol.Backoff
 	evaluators   evaluatorCache
 	suspended    suspendedSet
+	steady       steadyState
 
 	// Seams for tests.
 	syncHandler func(ctx context.Context, key string) error
@@ -130,6 +131,7 @@ func New(cfg configs.DaemonSetController, opts Options) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "daemonset", Clock: clk},
 		),
 	}
+	c.steady.disabled = c.legacy
 	c.syncHandler = c.syncDaemonSet
 	c.addAfter = c.queue.AddAfter
 	c.podControl = &realPodControl{client: opts.Client, recorder: func() record.EventRecorder { return c.recorder }}
@@ -153,7 +155,7 @@ func New(cfg configs.DaemonSetController, opts Options) (*Controller, error) {
 		{dsInformer.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addDaemonSet, UpdateFunc: c.onUpdateDaemonSet, DeleteFunc: c.deleteDaemonSet}},
 		{historyInformer.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addHistory, UpdateFunc: c.updateHistory, DeleteFunc: c.deleteHistory}},
 		{podInformer.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
-		{nodeInformer.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addNode, UpdateFunc: c.updateNode}},
+		{nodeInformer.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addNode, UpdateFunc: c.updateNode, DeleteFunc: c.deleteNode}},
 	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {

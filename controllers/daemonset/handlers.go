@@ -53,6 +53,7 @@ func (c *Controller) deleteDaemonSet(obj any) {
 		return
 	}
 	c.expectations.Delete(key)
+	c.steady.forget(key)
 	c.evaluators.forget(ds.UID)
 	c.suspended.removeEverywhere(key)
 	c.queue.Add(key)
@@ -65,6 +66,7 @@ func (c *Controller) addHistory(obj any) {
 	if !ok {
 		return
 	}
+	c.steady.bumpHistory(h.Namespace)
 	if h.DeletionTimestamp != nil {
 		c.deleteHistory(h)
 		return
@@ -84,6 +86,7 @@ func (c *Controller) updateHistory(oldObj, curObj any) {
 	if !ok1 || !ok2 || old.ResourceVersion == cur.ResourceVersion {
 		return
 	}
+	c.steady.bumpHistory(cur.Namespace)
 	c.routeUpdate(old, cur)
 }
 
@@ -98,6 +101,7 @@ func (c *Controller) deleteHistory(obj any) {
 			return
 		}
 	}
+	c.steady.bumpHistory(h.Namespace)
 	if ref := metav1.GetControllerOfNoCopy(h); ref != nil {
 		if ds := c.resolveControllerRef(h.Namespace, ref); ds != nil {
 			c.enqueue(ds)
@@ -112,6 +116,7 @@ func (c *Controller) addPod(obj any) {
 	if !ok {
 		return
 	}
+	c.steady.bumpPods(podInputKeys(pod)...)
 	if pod.DeletionTimestamp != nil {
 		// Seen for the first time already terminating (e.g. after a restart): a deletion
 		// observation, never a creation one.
@@ -141,6 +146,7 @@ func (c *Controller) updatePod(oldObj, curObj any) {
 		// Periodic resyncs deliver unchanged objects.
 		return
 	}
+	c.steady.bumpPods(append(podInputKeys(old), podInputKeys(cur)...)...)
 	if cur.DeletionTimestamp != nil {
 		// A graceful deletion began; its final removal will be observed again, which is why
 		// deletion counts may go negative.
@@ -193,6 +199,7 @@ func (c *Controller) deletePod(obj any) {
 			return
 		}
 	}
+	c.steady.bumpPods(podInputKeys(pod)...)
 	ref := metav1.GetControllerOfNoCopy(pod)
 	var ds *appsv1.DaemonSet
 	if ref != nil {
@@ -211,14 +218,15 @@ func (c *Controller) deletePod(obj any) {
 	c.queue.Add(key)
 }
 
-// --- Node handlers (there is no delete handler: pods on a vanished node are left to
-// pod garbage collection, and unbound ones are removed by manage) ---
+// --- Node handlers (deletion enqueues nothing: pods on a vanished node are left to pod
+// garbage collection, and unbound ones are removed by manage) ---
 
 func (c *Controller) addNode(obj any) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return
 	}
+	c.steady.bumpNodes()
 	dss, err := c.dsLister.List(labels.Everything())
 	if err != nil {
 		return
@@ -239,6 +247,7 @@ func (c *Controller) updateNode(oldObj, curObj any) {
 	if c.shouldIgnoreNodeUpdate(old, cur) {
 		return
 	}
+	c.steady.bumpNodes()
 	dss, err := c.dsLister.List(labels.Everything())
 	if err != nil {
 		return
@@ -250,6 +259,12 @@ func (c *Controller) updateNode(oldObj, curObj any) {
 			c.enqueue(ds)
 		}
 	}
+}
+
+// deleteNode enqueues nothing (pods on a vanished node are left to pod garbage collection,
+// and unbound ones go on the next sync), but the node list a sync reads has changed.
+func (c *Controller) deleteNode(any) {
+	c.steady.bumpNodes()
 }
 
 // shouldIgnoreNodeUpdate filters node updates that cannot change a placement answer, such as

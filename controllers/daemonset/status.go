@@ -58,6 +58,7 @@ func (c *Controller) updateStatus(ctx context.Context, s *syncState, updateObser
 	}
 	now := c.clock.Now()
 	st := c.computeStatus(s, nodeToPods, now)
+	s.status = st
 	c.requeueForAvailability(s, nodeToPods, now)
 	if err := c.storeStatus(ctx, s.ds, st, updateObservedGen); err != nil {
 		return fmt.Errorf("error storing status for daemon set %s: %w", s.key, err)
@@ -81,6 +82,7 @@ func (c *Controller) requeueForAvailability(s *syncState, nodeToPods map[string]
 		}
 	}
 	if found {
+		s.timed = true
 		c.enqueueAfter(s.ds, soonest)
 	}
 }

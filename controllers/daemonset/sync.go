@@ -36,6 +36,11 @@ type syncState struct {
 	claimErr error
 	// nodeToPods is nodesToDaemonPods(false), built once.
 	nodeToPods map[string][]*corev1.Pod
+
+	// status is what updateStatus computed; timed is set when the sync armed a delayed
+	// requeue, so its outcome may change with time alone (steady.go).
+	status statusCounts
+	timed  bool
 }
 
 // decideOnce returns the placement answer for node, computed once per sync. In LEGACY-BIND mode
@@ -83,10 +88,17 @@ func (c *Controller) syncDaemonSet(ctx context.Context, key string) error {
 	ds, err := c.dsLister.DaemonSets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.expectations.Delete(key)
+		c.steady.forget(key)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("unable to retrieve daemonset %s from store: %w", key, err)
+	}
+	// Read before the caches: a change landing during this sync must not be remembered as seen.
+	inputs := c.steady.versions(ds)
+	if c.steady.unchanged(key, ds, inputs) && c.expectations.Satisfied(key) {
+		log.Debug("daemonset inputs unchanged since its last settled sync")
+		return nil
 	}
 	nodes, err := c.nodeLister.List(labels.Everything())
 	if err != nil {
@@ -130,6 +142,9 @@ func (c *Controller) syncDaemonSet(ctx context.Context, key string) error {
 		return err
 	case statusErr != nil:
 		return statusErr
+	}
+	if !s.timed && c.expectations.Satisfied(key) {
+		c.steady.remember(key, ds, inputs, s.status)
 	}
 	return nil
 }
@@ -301,6 +316,7 @@ func (c *Controller) sortOutTerminalPods(s *syncState, node *corev1.Node, pods [
 				delay := c.backoff.Get(key)
 				s.log.Debug("failed daemon pod in backoff", "pod", pod.Name, "node", node.Name, "delay", delay)
 				c.enqueueAfter(ds, delay)
+				s.timed = true
 				waiting = true
 				continue
 			}

@@ -215,6 +215,9 @@ func (gc *GarbageCollector) newMonitor(ctx context.Context, res apiResource) (*m
 		if err := m.informer.SetTransform(slimMetadata); err != nil {
 			return nil, err
 		}
+		if err := m.informer.SetWatchErrorHandlerWithContext(gc.watchError); err != nil {
+			return nil, err
+		}
 	}
 	gvr := res.gvr
 	trigger := discoveryTriggers[gvr.GroupResource()]
@@ -252,6 +255,22 @@ func (gc *GarbageCollector) newMonitor(ctx context.Context, res apiResource) (*m
 	}
 	gc.logger.Debug("watching resource", "resource", gvr.GroupResource().String(), "version", gvr.Version, "shared", m.shared)
 	return m, nil
+}
+
+// watchError is the watch error handler of the collector's own informers. A resource that
+// went away (its CRD deleted) answers NotFound until discovery stops its informer: expected, so
+// it is logged at Debug, and it is a reason to read discovery now rather than at the next
+// period. A stopped monitor's canceled watch is no error at all. Anything else is reported as
+// client-go's default handler would.
+func (gc *GarbageCollector) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	switch {
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+	case apierrors.IsNotFound(err):
+		gc.logger.Debug("watched resource is no longer served; reading discovery", "err", err)
+		gc.requestDiscovery()
+	default:
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}
 }
 
 // stopMonitor stops watching a resource discovery no longer lists. When the API server

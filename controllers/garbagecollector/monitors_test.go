@@ -3,6 +3,7 @@ package garbagecollector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -249,5 +250,34 @@ func TestSharedInformerIsUsedInsteadOfAMetadataInformer(t *testing.T) {
 		if a.GetResource() == podKind.gvr && (a.GetVerb() == "list" || a.GetVerb() == "watch") {
 			t.Fatalf("pods %s through the metadata client although a shared informer caches them", a.GetVerb())
 		}
+	}
+}
+
+// A watch that fails because its resource went away asks for discovery at once instead of
+// waiting for the period; a canceled watch (a stopped monitor) asks for nothing.
+func TestWatchErrorOfAVanishedResourceTriggersDiscovery(t *testing.T) {
+	gone := apierrors.NewNotFound(widgetKind.gvr.GroupResource(), "")
+	for _, tc := range []struct {
+		name     string
+		ctx      func() context.Context
+		err      error
+		wantScan bool
+	}{
+		{"resource gone", context.Background, gone, true},
+		{"resource gone, wrapped", context.Background, fmt.Errorf("listing: %w", gone), true},
+		{"watch canceled", context.Background, fmt.Errorf("get: %w", context.Canceled), false},
+		{"informer stopping", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}, gone, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gc, _ := newTestGC(t, newFakeAPI(), nil)
+			gc.watchError(tc.ctx(), nil, tc.err)
+			if got := len(gc.rediscover) == 1; got != tc.wantScan {
+				t.Errorf("discovery requested = %v, want %v", got, tc.wantScan)
+			}
+		})
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/miniplane/miniplane/controllers/daemonset"
 	"github.com/miniplane/miniplane/controllers/garbagecollector"
 	"github.com/miniplane/miniplane/controllers/internal/component"
+	"github.com/miniplane/miniplane/controllers/nodeipam"
 	"github.com/miniplane/miniplane/controllers/nodelifecycle"
 )
 
@@ -47,6 +48,8 @@ var controllerServiceAccounts = map[string]string{
 	userAgentDaemonSet:         "daemon-set-controller",
 	garbagecollector.UserAgent: "generic-garbage-collector",
 	nodelifecycle.UserAgent:    "node-controller",
+	// As in kube-controller-manager, node IPAM acts with the node controller's credentials.
+	nodeipam.UserAgent: "node-controller",
 }
 
 // ControllerServiceAccounts are the ServiceAccounts in kube-system the controllers act
@@ -57,7 +60,7 @@ func ControllerServiceAccounts() []string {
 		out = append(out, sa)
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out) // node IPAM and node lifecycle act as one, as upstream's do
 }
 
 // RunOptions are Run's dependencies. RestConfig is required.
@@ -320,6 +323,20 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 			return controller{}, err
 		}
 		return controller{name: name, run: func(ctx context.Context) { _ = c.Run(ctx) }}, nil
+	case configs.ControllerNodeIPAM:
+		if !cfg.NodeIPAM.AllocateNodeCIDRs {
+			// Enabled but idle, as kube-controller-manager's without --allocate-node-cidrs.
+			return controller{name: name, run: func(context.Context) {}}, nil
+		}
+		client, err := newClient(nodeipam.UserAgent)
+		if err != nil {
+			return controller{}, err
+		}
+		c, err := nodeipam.New(cfg.NodeIPAM, nodeipam.Options{Client: client, Informers: factory, Clock: clk, Logger: logger})
+		if err != nil {
+			return controller{}, err
+		}
+		return controller{name: name, run: func(ctx context.Context) { _ = c.Run(ctx) }}, nil
 	}
 	return controller{}, fmt.Errorf("unknown controller %q", name)
 }
@@ -331,6 +348,9 @@ var typedInformersOf = map[string][]schema.GroupVersionResource{
 		appsv1.SchemeGroupVersion.WithResource("daemonsets"),
 		appsv1.SchemeGroupVersion.WithResource("controllerrevisions"),
 		corev1.SchemeGroupVersion.WithResource("pods"),
+		corev1.SchemeGroupVersion.WithResource("nodes"),
+	},
+	configs.ControllerNodeIPAM: {
 		corev1.SchemeGroupVersion.WithResource("nodes"),
 	},
 	configs.ControllerNodeLifecycle: {

@@ -190,6 +190,8 @@ func TestStubFleetProcess(t *testing.T) {
 	n, _ := strconv.Atoi(parts[1])
 	cfg := configs.DefaultKubeletStub()
 	cfg.Nodes, cfg.NodePrefix = n, parts[2]
+	// No controller-manager runs here to assign pod CIDRs.
+	cfg.PodCIDR = "10.128.0.0/9"
 	rc, err := clientcmd.BuildConfigFromFlags("", parts[0])
 	if err != nil {
 		t.Fatal(err)

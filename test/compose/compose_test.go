@@ -25,8 +25,11 @@ import (
 )
 
 const (
-	// totalNodes is what docker-compose.yml runs: node-a, node-b, node-c and fleet-0 … fleet-99.
+	// totalNodes is what docker-compose.yml runs: node-a, node-b, node-c and fleet-1-0 …
+	// fleet-1-99.
 	totalNodes = 103
+	// fleetNodes is the size of one kubelet-fleet replica.
+	fleetNodes = 100
 	// healthyWithin is the issue's promise: every service healthy within a minute of `up`.
 	healthyWithin = time.Minute
 	testNamespace = "compose-test"
@@ -146,6 +149,66 @@ func TestCompose(t *testing.T) {
 		t.Logf("all %d objects (namespaces, nodes, leases, daemonsets, controllerrevisions, pods) survived down/up with their UIDs", len(before))
 		waitDaemonSetRolledOut(ctx, t, client, "registry.example/fault-agent:2", 2*time.Minute)
 	})
+	step("scale the fleet", func(t *testing.T) { scaleFleet(ctx, t, s, client, timings) })
+}
+
+// scaleFleet runs a second kubelet-fleet replica with nothing set by hand: its nodes must
+// have names of their own, every Node a pod CIDR block of its own, and the daemon pods on
+// the new nodes IPs no other pod has.
+func scaleFleet(ctx context.Context, t *testing.T, s *stack, client kubernetes.Interface, timings map[string]time.Duration) {
+	start := time.Now()
+	s.mustCompose(ctx, t, 3*time.Minute, "up", "-d", "--no-recreate", "--scale", "kubelet-fleet=2")
+	want := totalNodes + fleetNodes
+	waitNodesReady(ctx, t, client, want)
+	// A node is Ready as soon as it registers; its pod CIDR follows from the controller-manager.
+	var nodes *corev1.NodeList
+	poll(ctx, t, time.Minute, "a pod CIDR on every node", func(ctx context.Context) (bool, string) {
+		var err error
+		if nodes, err = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+			return false, err.Error()
+		}
+		without := 0
+		for _, n := range nodes.Items {
+			if n.Spec.PodCIDR == "" {
+				without++
+			}
+		}
+		return without == 0, fmt.Sprintf("%d of %d nodes without a pod CIDR", without, len(nodes.Items))
+	})
+	cidrs := map[string]string{}
+	perReplica := map[string]int{}
+	for _, n := range nodes.Items {
+		if rest, ok := strings.CutPrefix(n.Name, "fleet-"); ok {
+			replica, _, _ := strings.Cut(rest, "-")
+			perReplica[replica]++
+		}
+		if n.Spec.PodCIDR == "" {
+			t.Errorf("node %s has no pod CIDR", n.Name)
+			continue
+		}
+		if other, dup := cidrs[n.Spec.PodCIDR]; dup {
+			t.Errorf("nodes %s and %s share pod CIDR %s", other, n.Name, n.Spec.PodCIDR)
+		}
+		cidrs[n.Spec.PodCIDR] = n.Name
+	}
+	if perReplica["1"] != fleetNodes || perReplica["2"] != fleetNodes || len(perReplica) != 2 {
+		t.Errorf("fleet nodes per replica %v, want %d for each of replicas 1 and 2", perReplica, fleetNodes)
+	}
+	waitDaemonSetOn(ctx, t, client, "registry.example/fault-agent:2", want, 3*time.Minute)
+	pods, err := client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + dsName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := map[string]string{}
+	for _, p := range pods.Items {
+		if other, dup := ips[p.Status.PodIP]; dup {
+			t.Errorf("pods %s and %s share IP %s", other, p.Name, p.Status.PodIP)
+		}
+		ips[p.Status.PodIP] = p.Name
+	}
+	timings["scale: second fleet rolled out"] = time.Since(start)
+	t.Logf("kubelet-fleet=2: %d nodes with distinct names and pod CIDRs, %d daemon pods with distinct IPs, after %s",
+		len(nodes.Items), len(ips), time.Since(start).Round(100*time.Millisecond))
 }
 
 // checkHostKubeconfig checks that the admin kubeconfig the root containers wrote into the
@@ -258,17 +321,24 @@ func podReady(p *corev1.Pod) bool {
 // the totalNodes nodes.
 func waitDaemonSetRolledOut(ctx context.Context, t *testing.T, c kubernetes.Interface, image string, timeout time.Duration) {
 	t.Helper()
+	waitDaemonSetOn(ctx, t, c, image, totalNodes, timeout)
+}
+
+// waitDaemonSetOn is waitDaemonSetRolledOut over a stack of nodes nodes.
+func waitDaemonSetOn(ctx context.Context, t *testing.T, c kubernetes.Interface, image string, totalNodes int, timeout time.Duration) {
+	t.Helper()
 	took := poll(ctx, t, timeout, "DaemonSet rolled out with "+image, func(ctx context.Context) (bool, string) {
 		ds, err := c.AppsV1().DaemonSets(testNamespace).Get(ctx, dsName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		st := ds.Status
+		nodes := int32(totalNodes)
 		status := fmt.Sprintf("generation %d observed %d, desired %d current %d updated %d ready %d available %d",
 			ds.Generation, st.ObservedGeneration, st.DesiredNumberScheduled, st.CurrentNumberScheduled,
 			st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable)
-		if st.ObservedGeneration < ds.Generation || st.DesiredNumberScheduled != totalNodes ||
-			st.UpdatedNumberScheduled != totalNodes || st.NumberReady != totalNodes || st.NumberAvailable != totalNodes {
+		if st.ObservedGeneration < ds.Generation || st.DesiredNumberScheduled != nodes ||
+			st.UpdatedNumberScheduled != nodes || st.NumberReady != nodes || st.NumberAvailable != nodes {
 			return false, status
 		}
 		pods, err := c.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + dsName})

@@ -2,9 +2,12 @@
 # Runs specs of upstream Kubernetes' end-to-end suite against miniplane and prints a table of
 # the results. Not part of CI: building the e2e binary takes a long time on a small machine.
 #
-#   test/conformance/run.sh [--focus REGEX] [--skip REGEX] [--nodes N] [--kubeconfig FILE]
-#                           [--keep] [--rebuild] [--build-only]
+#   test/conformance/run.sh [--profile NAME] [--focus REGEX] [--skip REGEX] [--nodes N]
+#                           [--kubeconfig FILE] [--keep] [--rebuild] [--build-only]
 #
+#   --profile     take focus and skip from test/conformance/profiles/NAME.txt (`conformance`:
+#                 the [Conformance] specs of sig-apps and sig-api-machinery that apply to
+#                 miniplane, see docs/conformance.md); --focus and --skip given too win
 #   --focus       ginkgo focus (default '\[sig-apps\] Daemon set')
 #   --skip        ginkgo skip (default none)
 #   --nodes       stub nodes of the miniplane it starts (default 3)
@@ -13,8 +16,8 @@
 #   --rebuild     rebuild the e2e binary even if one of this version is cached
 #   --build-only  build the e2e binary and stop
 #
-# FOCUS, SKIP and NODES in the environment set the defaults of the first three (make
-# conformance FOCUS='...').
+# PROFILE, FOCUS, SKIP and NODES in the environment set the defaults of the first four (make
+# conformance PROFILE=conformance, make conformance FOCUS='...').
 #
 # The e2e binary is `go test -c k8s.io/kubernetes/test/e2e` built in a throwaway module under
 # $CONFORMANCE_CACHE (default $XDG_CACHE_HOME/miniplane-conformance, else
@@ -27,7 +30,8 @@
 # started, by PID, also when it fails or is interrupted. It exits 1 when a spec failed.
 set -euo pipefail
 
-FOCUS=${FOCUS:-'\[sig-apps\] Daemon set'}
+PROFILE=${PROFILE:-}
+FOCUS=${FOCUS:-}
 SKIP=${SKIP:-}
 NODES=${NODES:-3}
 KUBECONFIG_ARG=''
@@ -39,6 +43,7 @@ E2E_TIMEOUT=${E2E_TIMEOUT:-90m}
 
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--profile) PROFILE=$2; shift 2 ;;
 	--focus) FOCUS=$2; shift 2 ;;
 	--skip) SKIP=$2; shift 2 ;;
 	--nodes) NODES=$2; shift 2 ;;
@@ -52,6 +57,18 @@ while [ $# -gt 0 ]; do
 done
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
+
+# A profile's `focus` line and its `skip` lines (joined into one alternation) fill in what the
+# command line left empty.
+if [ -n "$PROFILE" ]; then
+	profile_file=$REPO/test/conformance/profiles/$PROFILE.txt
+	[ -f "$profile_file" ] || { echo "no profile $PROFILE ($profile_file)" >&2; exit 2; }
+	profile_focus=$(sed -n 's/^focus \(.*\)$/\1/p' "$profile_file")
+	profile_skip=$(sed -n 's/^skip \(.*\)$/\1/p' "$profile_file" | paste -sd '|' -)
+	FOCUS=${FOCUS:-$profile_focus}
+	SKIP=${SKIP:-$profile_skip}
+fi
+FOCUS=${FOCUS:-'\[sig-apps\] Daemon set'}
 GO=${GO:-go}
 CACHE=${CONFORMANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/miniplane-conformance}
 MODDIR=$CACHE/$K8S_VERSION

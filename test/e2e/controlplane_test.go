@@ -89,6 +89,8 @@ func cpStartStubs(t *testing.T, env *testenv.Env, nodes int) {
 	cfg := configs.DefaultKubeletStub()
 	cfg.Nodes = nodes
 	cfg.NodePrefix = "node"
+	// Not every test here runs node IPAM: the nodes bring their own pod CIDR blocks.
+	cfg.PodCIDR = "10.128.0.0/9"
 	cfg.HeartbeatInterval = 300 * time.Millisecond
 	cfg.LeaseRenewInterval = 300 * time.Millisecond
 	fleet, err := kubeletstub.New(cfg, kubeletstub.Options{RestConfig: env.AdminConfig, Logger: cpTestLogger(t)})

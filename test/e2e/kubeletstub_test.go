@@ -328,6 +328,8 @@ func TestKubeletStubRestartReusesNodesAndPods(t *testing.T) {
 	cfg := configs.DefaultKubeletStub()
 	cfg.Nodes = 2
 	cfg.NodePrefix = "restart"
+	// No controller-manager runs here to assign pod CIDRs.
+	cfg.PodCIDR = "10.128.0.0/9"
 	cfg.Template.Capacity = configs.StubResources{CPU: "1", Memory: "1Gi", Pods: 10}
 
 	dir := t.TempDir()
