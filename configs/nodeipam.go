@@ -27,7 +27,9 @@ type NodeIPAMController struct {
 	// NodeCIDRMaskSize is the prefix length of each Node's block; default 24.
 	// Flag --node-cidr-mask-size.
 	NodeCIDRMaskSize int `mapstructure:"node-cidr-mask-size" flag:"node-cidr-mask-size" help:"prefix length of each Node's pod CIDR block"`
-	// Workers assign blocks concurrently; default 4.
+	// Workers assign blocks concurrently; default 30, kube-controller-manager's number of
+	// CIDR update workers: each assignment is one PATCH, and a fleet of 10,000 registering at
+	// once waits for all of them before its pods can start.
 	Workers int `mapstructure:"workers"`
 }
 
@@ -37,7 +39,7 @@ func DefaultNodeIPAMController() NodeIPAMController {
 		AllocateNodeCIDRs: true,
 		ClusterCIDR:       DefaultClusterCIDR,
 		NodeCIDRMaskSize:  DefaultNodeCIDRMaskSize,
-		Workers:           4,
+		Workers:           30,
 	}
 }
 
