@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -282,15 +283,23 @@ func (c *crdController) serve(ctx context.Context, crd *apiextensionsv1.CustomRe
 			}
 			resources = append(resources, customResource(cv))
 		}
-		c.mu.Lock()
-		if cur != nil {
-			c.stopServing(cur)
-		}
-		c.mu.Unlock()
+		// New entries take the place of the old ones of the same version without a gap;
+		// versions no longer served go afterwards.
 		for _, r := range resources {
-			if err := c.s.addResource(ctx, r); err != nil {
+			if err := c.s.replaceResource(ctx, r); err != nil {
 				return err
 			}
+		}
+		if cur != nil {
+			var gone []*resource
+			for _, old := range cur.resources {
+				if !slices.ContainsFunc(resources, func(r *resource) bool { return r.gvr() == old.gvr() }) {
+					gone = append(gone, old)
+				}
+			}
+			c.mu.Lock()
+			c.stopServing(&servedCRD{resources: gone})
+			c.mu.Unlock()
 		}
 		c.mu.Lock()
 		c.served[crd.Name] = &servedCRD{uid: string(crd.UID), generation: crd.Generation, names: crd.Spec.Names, resources: resources}

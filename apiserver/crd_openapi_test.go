@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -149,17 +150,29 @@ func TestCustomResourceDefaultsOnRead(t *testing.T) {
 			return &l.Items[0], nil
 		},
 	}
-	for name, read := range reads {
-		eventually(t, name+" to show the new default", func() (bool, error) {
-			u, err := read()
-			if err != nil {
-				return false, err
-			}
-			shape, _, _ := unstructured.NestedString(u.Object, "spec", "shape")
-			if u.GetResourceVersion() != created.GetResourceVersion() {
-				t.Fatalf("%s: resourceVersion %s, want the stored %s (defaulting on read writes nothing)", name, u.GetResourceVersion(), created.GetResourceVersion())
-			}
-			return shape == "round", fmt.Errorf("spec %v", u.Object["spec"])
-		})
+	expectShape := func(want string) {
+		t.Helper()
+		for name, read := range reads {
+			eventually(t, name+" to show the default "+want, func() (bool, error) {
+				u, err := read()
+				if apierrors.IsNotFound(err) {
+					// The definition's new schema replaces the old without a gap.
+					t.Fatalf("%s while the definition changes: %v", name, err)
+				}
+				if err != nil {
+					return false, err
+				}
+				shape, _, _ := unstructured.NestedString(u.Object, "spec", "shape")
+				if u.GetResourceVersion() != created.GetResourceVersion() {
+					t.Fatalf("%s: resourceVersion %s, want the stored %s (defaulting on read writes nothing)", name, u.GetResourceVersion(), created.GetResourceVersion())
+				}
+				return shape == want, fmt.Errorf("spec %v", u.Object["spec"])
+			})
+		}
 	}
+	expectShape("round")
+	_, err = ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd.Name, types.JSONPatchType,
+		[]byte(`[{"op":"replace","path":"/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/shape/default","value":"square"}]`), metav1.PatchOptions{})
+	check(t, err)
+	expectShape("square")
 }

@@ -94,6 +94,32 @@ func (reg *registry) register(r *resource) error {
 	return nil
 }
 
+// replace serves r in place of the resource registered at the same group/version/resource
+// in one step, so that no request in between finds neither (a custom resource whose
+// definition's schema changed). It registers r when nothing is served there, and reports
+// the entry it replaced, if any.
+func (reg *registry) replace(r *resource) (*resource, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	gvr, gvk := r.gvr(), r.gvk()
+	reg.mu.Lock()
+	old, ok := reg.byGVR[gvr]
+	if !ok {
+		reg.mu.Unlock()
+		return nil, reg.register(r)
+	}
+	defer reg.mu.Unlock()
+	if other, dup := reg.byGVK[gvk]; dup && other != old {
+		return nil, fmt.Errorf("apiserver: kind %s is already registered", gvk)
+	}
+	delete(reg.byGVK, old.gvk())
+	reg.byGVR[gvr], reg.byGVK[gvk] = r, r
+	reg.all[slices.Index(reg.all, old)] = r
+	reg.revision++
+	return old, nil
+}
+
 // unregister removes the resource served at gvr (a custom resource whose definition went
 // away), and its group when nothing else is served in it. It reports whether there was one.
 func (reg *registry) unregister(gvr schema.GroupVersionResource) bool {

@@ -193,6 +193,40 @@ func (s *Server) newCache(r *resource) {
 // addResource serves r from now on: it starts r's watch cache, waits until it holds what
 // etcd holds, and registers r.
 func (s *Server) addResource(ctx context.Context, r *resource) error {
+	if err := s.startCache(ctx, r); err != nil {
+		return err
+	}
+	if err := s.reg.register(r); err != nil {
+		r.stop()
+		return err
+	}
+	return nil
+}
+
+// replaceResource is addResource for a resource that may already be served under the same
+// group/version/resource (a definition whose schema changed): the new entry's cache is
+// filled first and the entries are swapped in one step, so requests meanwhile are served
+// by the old one, never answered 404. The old entry's watches end (clients watch again).
+func (s *Server) replaceResource(ctx context.Context, r *resource) error {
+	if err := s.startCache(ctx, r); err != nil {
+		return err
+	}
+	old, err := s.reg.replace(r)
+	if err != nil {
+		r.stop()
+		return err
+	}
+	if old != nil {
+		old.cache.terminateAll()
+		if old.stop != nil {
+			old.stop()
+		}
+	}
+	return nil
+}
+
+// startCache starts r's watch cache and waits until it holds what etcd has.
+func (s *Server) startCache(ctx context.Context, r *resource) error {
 	s.mu.Lock()
 	runCtx := s.runCtx
 	s.mu.Unlock()
@@ -206,10 +240,6 @@ func (s *Server) addResource(ctx context.Context, r *resource) error {
 	if err := r.cache.waitForRV(ctx, 1, time.Minute); err != nil {
 		stop()
 		return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
-	}
-	if err := s.reg.register(r); err != nil {
-		stop()
-		return err
 	}
 	return nil
 }
