@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
 	"github.com/miniplane/miniplane/apiserver/pki"
@@ -174,18 +173,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	res.allCreated = last.Sub(created)
 
 	updated := time.Now()
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := c.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cur.Spec.Template.Spec.Containers[0].Image = "registry.example/agent:2"
-		_, err = c.AppsV1().DaemonSets(ds.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	setImage(ctx, b, c, ds, "registry.example/agent:2")
 	waitStatus(b, c, ds, pods, func(s appsv1.DaemonSetStatus) int32 { return s.UpdatedNumberScheduled }, "every pod updated and available",
 		func(s appsv1.DaemonSetStatus, generation int64) bool {
 			return s.ObservedGeneration >= generation && generation >= 2 &&

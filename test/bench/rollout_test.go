@@ -209,18 +209,7 @@ func runRollout(b *testing.B, n int) rolloutResult {
 
 	pods.reset()
 	updated := time.Now()
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := c.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cur.Spec.Template.Spec.Containers[0].Image = "registry.example/agent:2"
-		_, err = c.AppsV1().DaemonSets(ds.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	setImage(ctx, b, c, ds, "registry.example/agent:2")
 	updatedNumber := func(s appsv1.DaemonSetStatus) int32 { return s.UpdatedNumberScheduled }
 	waitStatus(b, c, ds, pods, updatedNumber, "every pod updated and available", func(s appsv1.DaemonSetStatus, generation int64) bool {
 		return s.ObservedGeneration >= generation && generation >= 2 &&
@@ -322,6 +311,23 @@ func newDaemonSet(name string) *appsv1.DaemonSet {
 
 // waitStatus polls the DaemonSet until done holds for its status and generation. Every
 // sampleEvery it records the pod tracker's counters with the status figure shown.
+// setImage starts a rolling update: the first container of ds's template gets image.
+func setImage(ctx context.Context, b *testing.B, c kubernetes.Interface, ds *appsv1.DaemonSet, image string) {
+	b.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := c.AppsV1().DaemonSets(ds.Namespace).Get(ctx, ds.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Template.Spec.Containers[0].Image = image
+		_, err = c.AppsV1().DaemonSets(ds.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
 func waitStatus(b *testing.B, c kubernetes.Interface, ds *appsv1.DaemonSet, pods *podTracker, shown func(appsv1.DaemonSetStatus) int32,
 	what string, done func(appsv1.DaemonSetStatus, int64) bool) {
 	b.Helper()
