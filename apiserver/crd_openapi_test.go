@@ -138,14 +138,14 @@ func TestCustomResourceDefaultsOnRead(t *testing.T) {
 		"list from the cache": func() (*unstructured.Unstructured, error) {
 			l, err := wc.List(ctx, metav1.ListOptions{})
 			if err != nil || len(l.Items) != 1 {
-				return nil, fmt.Errorf("list: %v (%d items)", err, len(l.Items))
+				return nil, fmt.Errorf("list: %w (%d items)", err, len(l.Items))
 			}
 			return &l.Items[0], nil
 		},
 		"list from etcd": func() (*unstructured.Unstructured, error) {
 			l, err := wc.List(ctx, metav1.ListOptions{Limit: 10})
 			if err != nil || len(l.Items) != 1 {
-				return nil, fmt.Errorf("list: %v", err)
+				return nil, fmt.Errorf("list: %w", err)
 			}
 			return &l.Items[0], nil
 		},

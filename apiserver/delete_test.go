@@ -324,7 +324,7 @@ func TestNamespaces(t *testing.T) {
 	eventually(t, "the pods of doomed deleted but for the held one, and the conditions to say so", func() (bool, error) {
 		l, err := c.CoreV1().Pods("doomed").List(ctx, metav1.ListOptions{})
 		if err != nil || !slices.Equal(namesOf(l), []string{"doomed/held"}) {
-			return false, fmt.Errorf("pods %v (%v)", namesOf(l), err)
+			return false, fmt.Errorf("pods %v (%w)", namesOf(l), err)
 		}
 		ns, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
 		if err != nil {

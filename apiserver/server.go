@@ -190,23 +190,11 @@ func (s *Server) newCache(r *resource) {
 	}
 }
 
-// addResource serves r from now on: it starts r's watch cache, waits until it holds what
-// etcd holds, and registers r.
-func (s *Server) addResource(ctx context.Context, r *resource) error {
-	if err := s.startCache(ctx, r); err != nil {
-		return err
-	}
-	if err := s.reg.register(r); err != nil {
-		r.stop()
-		return err
-	}
-	return nil
-}
-
-// replaceResource is addResource for a resource that may already be served under the same
-// group/version/resource (a definition whose schema changed): the new entry's cache is
-// filled first and the entries are swapped in one step, so requests meanwhile are served
-// by the old one, never answered 404. The old entry's watches end (clients watch again).
+// replaceResource serves r from now on: it starts r's watch cache, waits until it holds
+// what etcd holds, and registers r. When the same group/version/resource is already served
+// (a definition whose schema changed), the new entry's cache is filled first and the entries
+// are swapped in one step, so requests meanwhile are served by the old one, never answered
+// 404. The old entry's watches end (clients watch again).
 func (s *Server) replaceResource(ctx context.Context, r *resource) error {
 	if err := s.startCache(ctx, r); err != nil {
 		return err

@@ -148,14 +148,14 @@ func TestStatusSubresource(t *testing.T) {
 		}
 	})
 	t.Run("deployments and cronjobs", func(t *testing.T) {
-		d, err := c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		_, err := c.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
 			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
 					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}},
 		}, metav1.CreateOptions{})
 		check(t, err)
-		d, err = c.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType,
+		d, err := c.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType,
 			[]byte(`{"metadata":{"labels":{"app":"changed"},"annotations":{"patched":"yes"}},"status":{"replicas":2}}`), metav1.PatchOptions{}, "status")
 		check(t, err)
 		if d.Status.Replicas != 2 || d.Labels["app"] != "web" || d.Annotations["patched"] != "yes" {

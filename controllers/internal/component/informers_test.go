@@ -19,7 +19,7 @@ func trimTestPod() *corev1.Pod {
 			Finalizers:      []string{"example.com/keep"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: "kubeletstub", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
-				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)},
+				FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`),
 			}},
 		},
 		Spec: corev1.PodSpec{
