@@ -1,10 +1,6 @@
 package configs
 
-import (
-	"path/filepath"
-
-	"k8s.io/apimachinery/pkg/api/resource"
-)
+import "path/filepath"
 
 // Up configures `miniplane up`: every component in one process on an embedded etcd (or the
 // etcd cluster named by apiserver::etcd-servers).
@@ -23,13 +19,8 @@ type Up struct {
 	Listen string `mapstructure:"listen" flag:"listen" help:"HTTPS address of the API server"`
 	// Nodes is how many stub nodes run in-process; default 3. Flag --nodes.
 	Nodes int `mapstructure:"nodes" flag:"nodes" help:"number of stub nodes to run in-process"`
-	// MemoryBudget is the heap the process may grow to before its garbage collector works
-	// harder: below it the collector runs lazily (heap up to 5× the live objects, which is
-	// fastest), above it the heap is held to twice the live objects, Go's default (see
-	// docs/performance.md). A Kubernetes quantity (512Mi, 2Gi); default 256Mi; "0" keeps the
-	// lazy collector at any size. The GOGC and GOMEMLIMIT environment variables, when set,
-	// win over it. Flag --memory-budget.
-	MemoryBudget string `mapstructure:"memory-budget" flag:"memory-budget" help:"heap size above which the garbage collector keeps the heap at twice the live objects instead of five times (a quantity: 256Mi, 2Gi; 0: no limit)"`
+	// Process holds the memory budget (memory-budget, flag --memory-budget); see Process.
+	Process `mapstructure:",squash"`
 
 	APIServer         APIServer         `mapstructure:"apiserver" flag:"apiserver-"`
 	ControllerManager ControllerManager `mapstructure:"controller-manager" flag:"controller-manager-"`
@@ -45,7 +36,7 @@ func DefaultUp() Up {
 		DataDir:           "./.miniplane",
 		Listen:            "127.0.0.1:6443",
 		Nodes:             3,
-		MemoryBudget:      DefaultMemoryBudget,
+		Process:           DefaultProcess(),
 		APIServer:         DefaultAPIServer(),
 		ControllerManager: DefaultControllerManager(),
 		Scheduler:         DefaultScheduler(),
@@ -56,23 +47,6 @@ func DefaultUp() Up {
 	c.KubeletStub.Nodes = 0
 	c.ControllerManager.HealthListen, c.Scheduler.HealthListen = "", ""
 	return c
-}
-
-// DefaultMemoryBudget is up's default MemoryBudget. It is small on purpose: a control
-// plane for a handful of nodes stays well below it and gets the fastest collector, and one
-// for a thousand nodes or more has a live heap above it, so its peak resident set stays near
-// twice what it really holds (the goals of issue 13: 300 MiB for 1,000 nodes, 1 GiB for
-// 5,000). Raise it to buy speed with memory.
-const DefaultMemoryBudget = "256Mi"
-
-// MemoryBudgetBytes is MemoryBudget in bytes; 0 when it is 0 or does not parse (Validate
-// reports that).
-func (c Up) MemoryBudgetBytes() int64 {
-	q, err := resource.ParseQuantity(c.MemoryBudget)
-	if err != nil {
-		return 0
-	}
-	return q.Value()
 }
 
 // Resolve fills the options that derive from DataDir, Listen and Nodes and were not set;
@@ -109,10 +83,8 @@ func (c Up) Validate() error {
 	case c.Nodes < 0:
 		return invalid("nodes", "must not be negative")
 	}
-	if q, err := resource.ParseQuantity(c.MemoryBudget); err != nil {
-		return invalidf("memory-budget", "%q is not a quantity such as 512Mi or 2Gi", c.MemoryBudget)
-	} else if q.Sign() < 0 {
-		return invalid("memory-budget", "must not be negative")
+	if err := c.Process.Validate(); err != nil {
+		return err
 	}
 	switch {
 	case c.APIServer.Listen != c.Listen:

@@ -15,12 +15,16 @@ func init() { register(newAPIServerCommand) }
 func newAPIServerCommand() *cobra.Command {
 	cfg := configs.DefaultAPIServer()
 	var b *configs.Binding
+	var proc *processBinding
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Run the Kubernetes-compatible API server on etcd (embedded, or --etcd-servers)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := loadConfig(b, &cfg, configs.APIServer.Validate); err != nil {
+				return err
+			}
+			if err := proc.start(cmd.Context()); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -47,6 +51,7 @@ func newAPIServerCommand() *cobra.Command {
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
+	proc = bindProcess(cmd)
 	return cmd
 }
 

@@ -27,6 +27,9 @@ func TestCommandsValidateWhatTheUserSet(t *testing.T) {
 		{"controller-manager", []string{"controller-manager", "--kubeconfig", kubeconfig, "--concurrent-daemonset-syncs", "0"}, "--concurrent-daemonset-syncs"},
 		{"scheduler", []string{"scheduler", "--kubeconfig", kubeconfig, "--workers", "0"}, "--workers: must be at least 1"},
 		{"kubeletstub", []string{"kubeletstub", "--kubeconfig", kubeconfig, "--nodes", "0"}, "--nodes: must be at least 1"},
+		{"kubeletstub memory budget", []string{"kubeletstub", "--kubeconfig", kubeconfig, "--memory-budget", "lots"}, `--memory-budget: "lots" is not a quantity`},
+		{"apiserver memory budget", []string{"apiserver", "--token-file", filepath.Join(dir, "tokens.csv"), "--memory-budget", "-1Gi"}, "--memory-budget: must not be negative"},
+		{"up memory budget", []string{"up", "--data-dir", filepath.Join(dir, "up"), "--memory-budget", "1x"}, "--memory-budget"},
 		{"probe", []string{"probe", "--timeout", "0s", "https://127.0.0.1:1/healthz"}, "--timeout: must be positive"},
 		{"up", []string{"up", "--data-dir", filepath.Join(dir, "up"), "--nodes", "-1"}, "--nodes: must not be negative"},
 	}

@@ -14,6 +14,7 @@ func init() { register(newControllerManagerCommand) }
 func newControllerManagerCommand() *cobra.Command {
 	cfg := configs.DefaultControllerManager()
 	var b *configs.Binding
+	var proc *processBinding
 	cmd := &cobra.Command{
 		Use:   "controller-manager --kubeconfig FILE [--controllers daemonset,garbagecollector,nodelifecycle] [--leader-elect] [--config FILE]",
 		Short: "Run the DaemonSet controller, the garbage collector and the node lifecycle controller",
@@ -27,6 +28,9 @@ Serves /healthz, /readyz and /metrics on --health-listen.`,
 			if err := loadConfig(b, &cfg, configs.ControllerManager.ValidateStandalone); err != nil {
 				return err
 			}
+			if err := proc.start(cmd.Context()); err != nil {
+				return err
+			}
 			restConfig, err := restConfigFrom(cfg.Kubeconfig)
 			if err != nil {
 				return err
@@ -35,5 +39,6 @@ Serves /healthz, /readyz and /metrics on --health-listen.`,
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
+	proc = bindProcess(cmd)
 	return cmd
 }

@@ -19,12 +19,16 @@ func init() { register(newEtcdCommand) }
 func newEtcdCommand() *cobra.Command {
 	cfg := configs.DefaultEtcd()
 	var b *configs.Binding
+	var proc *processBinding
 	cmd := &cobra.Command{
 		Use:   "etcd",
 		Short: "Run one etcd member (alone, or as part of a cluster with --initial-cluster)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := loadConfig(b, &cfg, configs.Etcd.Validate); err != nil {
+				return err
+			}
+			if err := proc.start(cmd.Context()); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -43,6 +47,7 @@ func newEtcdCommand() *cobra.Command {
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
+	proc = bindProcess(cmd)
 	return cmd
 }
 

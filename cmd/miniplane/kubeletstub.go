@@ -17,6 +17,7 @@ func init() { register(newKubeletStubCommand) }
 func newKubeletStubCommand() *cobra.Command {
 	cfg := configs.DefaultKubeletStub()
 	var b *configs.Binding
+	var proc *processBinding
 	cmd := &cobra.Command{
 		Use:   "kubeletstub --kubeconfig FILE [--node-name NAME | --nodes N --node-prefix P] [--config FILE]",
 		Short: "Run stub kubelets: one node, or a fleet of N nodes sharing one pod and one node watch",
@@ -27,6 +28,9 @@ fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration fi
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := loadConfig(b, &cfg, configs.KubeletStub.ValidateStandalone); err != nil {
+				return err
+			}
+			if err := proc.start(cmd.Context()); err != nil {
 				return err
 			}
 			instance, err := kubeletstub.ResolveInstance(cmd.Context(), cfg.NodeInstance)
@@ -43,6 +47,7 @@ fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration fi
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
+	proc = bindProcess(cmd)
 	return cmd
 }
 

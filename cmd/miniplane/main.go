@@ -15,8 +15,9 @@ import (
 )
 
 func main() {
-	// Every command trades memory for CPU with the lazy collector; `up` then tunes it to its
-	// memory budget. GOGC and GOMEMLIMIT, when set, win.
+	// Every command starts with the lazy collector, which trades memory for CPU; the
+	// long-running ones then tune it to their memory budget (--memory-budget). GOGC and
+	// GOMEMLIMIT, when set, win.
 	if !gcbudget.EnvOverrides() {
 		debug.SetGCPercent(gcbudget.MaxPercent)
 	}

@@ -14,6 +14,7 @@ func init() { register(newSchedulerCommand) }
 func newSchedulerCommand() *cobra.Command {
 	cfg := configs.DefaultScheduler()
 	var b *configs.Binding
+	var proc *processBinding
 	cmd := &cobra.Command{
 		Use:   "scheduler --kubeconfig FILE [--leader-elect] [--config FILE]",
 		Short: "Bind pending pods to nodes",
@@ -28,6 +29,9 @@ the Lease kube-system/kube-scheduler. Serves /healthz, /readyz and /metrics on -
 			if err := loadConfig(b, &cfg, configs.Scheduler.ValidateStandalone); err != nil {
 				return err
 			}
+			if err := proc.start(cmd.Context()); err != nil {
+				return err
+			}
 			restConfig, err := restConfigFrom(cfg.Kubeconfig)
 			if err != nil {
 				return err
@@ -36,5 +40,6 @@ the Lease kube-system/kube-scheduler. Serves /healthz, /readyz and /metrics on -
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
+	proc = bindProcess(cmd)
 	return cmd
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/internal/controlplane"
-	"github.com/miniplane/miniplane/internal/gcbudget"
 )
 
 func init() { register(newUpCommand) }
@@ -39,9 +38,7 @@ controller-manager:, scheduler:, apiserver: and kubeletstub: (see configs/minipl
 			if err := b.Check(cfg.Validate()); err != nil {
 				return err
 			}
-			if !gcbudget.EnvOverrides() {
-				go gcbudget.Run(cmd.Context(), uint64(cfg.MemoryBudgetBytes()), gcbudget.Options{})
-			}
+			startBudget(cmd.Context(), cfg.Process)
 			slog.Info("starting miniplane", "dataDir", cfg.DataDir, "listen", cfg.Listen, "nodes", cfg.KubeletStub.NodeNames())
 			cp, err := controlplane.Start(cmd.Context(), controlplane.FromUp(cfg, logging))
 			if err != nil {

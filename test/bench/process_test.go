@@ -42,6 +42,9 @@ var (
 	flagBinary    = flag.String("bench.binary", "", "miniplane binary of BenchmarkProcessRollout; empty builds ./cmd/miniplane into a temporary directory")
 	flagUpArgs    = flag.String("bench.up-args", "", "extra arguments of `miniplane up` in BenchmarkProcessRollout (space-separated)")
 	flagFleetArgs = flag.String("bench.fleet-args", "", "extra arguments of `miniplane kubeletstub` in BenchmarkProcessRollout (space-separated)")
+	// The API server's CPU profile cannot be stopped early (net/http/pprof profiles for a
+	// number of seconds), so BenchmarkProcessRollout takes it over a fixed window.
+	flagCPUWindow = flag.Duration("bench.cpuprofile-window", 30*time.Second, "how long BenchmarkProcessRollout profiles `miniplane up` from the DaemonSet's creation when -bench.cpuprofile is set")
 )
 
 // processResult is one fleet size's figures of BenchmarkProcessRollout.
@@ -150,6 +153,8 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	ds := newDaemonSet("bench")
 	b.StartTimer()
 	up0, fleet0 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	profiled := startRemoteCPUProfile(b, c, n)
+	defer profiled()
 	created := time.Now()
 	if _, err := c.AppsV1().DaemonSets(ds.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -303,6 +308,32 @@ func writeRemoteHeapProfile(b *testing.B, c kubernetes.Interface, tag string) {
 	path := fmt.Sprintf("%s-up-%s%s", strings.TrimSuffix(*flagMemProfile, ext), tag, ext)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// startRemoteCPUProfile, when -bench.cpuprofile is set, starts a CPU profile of the API
+// server process over -bench.cpuprofile-window and returns a wait for it to be written to
+// -bench.cpuprofile with "-up-N" inserted before the extension.
+func startRemoteCPUProfile(b *testing.B, c kubernetes.Interface, n int) (wait func()) {
+	b.Helper()
+	if *flagProfile == "" {
+		return func() {}
+	}
+	done := make(chan error, 1)
+	go func() {
+		data, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(int(flagCPUWindow.Seconds()))).
+			Timeout(*flagCPUWindow + time.Minute).DoRaw(context.Background())
+		if err == nil {
+			ext := filepath.Ext(*flagProfile)
+			err = os.WriteFile(fmt.Sprintf("%s-up-%d%s", strings.TrimSuffix(*flagProfile, ext), n, ext), data, 0o600)
+		}
+		done <- err
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			b.Errorf("CPU profile: %v", err)
+		}
 	}
 }
 
