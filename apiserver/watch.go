@@ -284,6 +284,5 @@ func (c *call) writeWatchFrameProto(bw *bufio.Writer, it watchItem) error {
 	if err != nil {
 		return err
 	}
-	_, err = bw.Write(watchEventProto(string(it.typ), envelope(res.apiVersion(), res.kind, raw)))
-	return err
+	return writeWatchEventProto(bw, string(it.typ), res.apiVersion(), res.kind, raw)
 }

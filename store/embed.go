@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -113,6 +115,12 @@ func (e *EmbeddedEtcd) ClientURLs() []string {
 	}
 	return out
 }
+
+// InProcessClient is a client of this member that calls its gRPC services as functions:
+// no loopback connection, no HTTP/2 framing and no protobuf encoding of requests and
+// responses, which cost a sixth of `up`'s CPU in a rollout (docs/performance.md). Close it
+// before the member.
+func (e *EmbeddedEtcd) InProcessClient() *clientv3.Client { return v3client.New(e.etcd.Server) }
 
 // Err reports a fatal error of the running member.
 func (e *EmbeddedEtcd) Err() <-chan error { return e.etcd.Err() }

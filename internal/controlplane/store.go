@@ -66,7 +66,9 @@ func OpenStorage(ctx context.Context, cfg configs.APIServer, opts StorageOptions
 		s.Endpoints = s.member.ClientURLs()
 		log.Info("embedded etcd started", "dataDir", member.DataDir)
 	}
-	if s.client, err = store.NewClient(ctx, store.ClientConfig{
+	if s.member != nil {
+		s.client = s.member.InProcessClient()
+	} else if s.client, err = store.NewClient(ctx, store.ClientConfig{
 		Endpoints: s.Endpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
 	}); err != nil {
 		return nil, err
