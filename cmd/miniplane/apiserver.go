@@ -51,7 +51,7 @@ func newAPIServerCommand() *cobra.Command {
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
-	proc = bindProcess(cmd)
+	proc = bindProcess(cmd, configs.DefaultMemoryBudget)
 	return cmd
 }
 

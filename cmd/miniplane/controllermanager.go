@@ -39,6 +39,6 @@ Serves /healthz, /readyz and /metrics on --health-listen.`,
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
-	proc = bindProcess(cmd)
+	proc = bindProcess(cmd, configs.DefaultMemoryBudget)
 	return cmd
 }

@@ -47,7 +47,7 @@ func newEtcdCommand() *cobra.Command {
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
-	proc = bindProcess(cmd)
+	proc = bindProcess(cmd, configs.DefaultMemoryBudget)
 	return cmd
 }
 

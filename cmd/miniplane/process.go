@@ -17,9 +17,9 @@ type processBinding struct {
 	b   *configs.Binding
 }
 
-// bindProcess declares --memory-budget on cmd.
-func bindProcess(cmd *cobra.Command) *processBinding {
-	p := &processBinding{cfg: configs.DefaultProcess()}
+// bindProcess declares --memory-budget on cmd, with budget as its default.
+func bindProcess(cmd *cobra.Command, budget string) *processBinding {
+	p := &processBinding{cfg: configs.Process{MemoryBudget: budget}}
 	p.b = configs.BindFlagsOnly(cmd.Flags(), &p.cfg)
 	return p
 }

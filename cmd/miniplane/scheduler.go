@@ -40,6 +40,6 @@ the Lease kube-system/kube-scheduler. Serves /healthz, /readyz and /metrics on -
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
-	proc = bindProcess(cmd)
+	proc = bindProcess(cmd, configs.DefaultMemoryBudget)
 	return cmd
 }
