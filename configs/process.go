@@ -10,9 +10,9 @@ type Process struct {
 	// MemoryBudget is the heap the process may grow to before its garbage collector works
 	// harder: below it the collector runs lazily (heap up to 5× the live objects, which is
 	// fastest), above it the heap is held to twice the live objects, Go's default (see
-	// docs/performance.md). A Kubernetes quantity (512Mi, 2Gi); default 256Mi; "0" keeps the
-	// lazy collector at any size. The GOGC and GOMEMLIMIT environment variables, when set,
-	// win over it. Flag --memory-budget, variable MINIPLANE_MEMORY_BUDGET.
+	// docs/performance.md). A Kubernetes quantity (512Mi, 2Gi); default 256Mi (kubeletstub:
+	// 0, see DefaultFleetMemoryBudget); "0" keeps the lazy collector at any size. The GOGC and
+	// GOMEMLIMIT environment variables, when set, win over it. Flag --memory-budget, variable MINIPLANE_MEMORY_BUDGET.
 	MemoryBudget string `mapstructure:"memory-budget" flag:"memory-budget" help:"heap size above which the garbage collector keeps the heap at twice the live objects instead of five times (a quantity: 256Mi, 2Gi; 0: no limit)"`
 }
 
