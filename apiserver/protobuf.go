@@ -66,9 +66,12 @@ func listProto(listMeta metav1.ListMeta, items [][]byte) []byte {
 
 // appendBytesField appends a length-delimited protobuf field.
 func appendBytesField(b []byte, field int, data []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(field)<<3|2)
-	b = binary.AppendUvarint(b, uint64(len(data)))
-	return append(b, data...)
+	return append(appendTag(b, field, len(data)), data...)
+}
+
+// appendTag appends the key and length of a length-delimited field of n bytes.
+func appendTag(b []byte, field, n int) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(b, uint64(field)<<3|2), uint64(n))
 }
 
 // writeProtobuf writes an enveloped protobuf body.
@@ -111,7 +114,7 @@ func writeWatchEventProto(w *bufio.Writer, typ, apiVersion, kind string, raw []b
 		_, _ = w.Write(raw)
 	}
 	writeStringField(w, 3, "")             // Unknown.contentEncoding
-	_, err := w.Write([]byte{4<<3 | 2, 0}) // Unknown.contentType
+	_, err := w.Write([]byte{4<<3 | 2, 0}) // Unknown.contentType, empty
 	// A bufio.Writer keeps its first error and returns it from every later write.
 	return err
 }
@@ -128,7 +131,7 @@ func stringFieldSize(s string) int { return bytesFieldSize(len(s)) }
 // writeTag writes the key and length of a length-delimited field of n bytes.
 func writeTag(w *bufio.Writer, field, n int) {
 	var b [2 * binary.MaxVarintLen64]byte
-	_, _ = w.Write(binary.AppendUvarint(binary.AppendUvarint(b[:0], uint64(field)<<3|2), uint64(n)))
+	_, _ = w.Write(appendTag(b[:0], field, n))
 }
 
 func writeStringField(w *bufio.Writer, field int, s string) {
