@@ -99,10 +99,12 @@ type KubeletStub struct {
 	// LeaseRenewInterval is how often each node renews its Lease in kube-node-lease; default 10s.
 	LeaseRenewInterval time.Duration `mapstructure:"lease-renew-interval"`
 
-	// HeartbeatWorkers send registrations, status updates and lease renewals concurrently;
-	// default 16 (they wait on the network, not the CPU).
+	// HeartbeatWorkers send registrations, status updates and lease renewals concurrently
+	// (they wait on the network, not the CPU); 0, the default, sizes them to the fleet
+	// (HeartbeatWorkerCount).
 	HeartbeatWorkers int `mapstructure:"heartbeat-workers"`
-	// PodWorkers admit, start, stop and delete pods concurrently; default 8.
+	// PodWorkers admit, start, stop and delete pods concurrently; 0, the default, sizes
+	// them to the fleet (PodWorkerCount).
 	PodWorkers int `mapstructure:"pod-workers"`
 	// RecordEvents emits kubelet-like Events (pod rejections); default true.
 	RecordEvents bool `mapstructure:"record-events"`
@@ -238,8 +240,6 @@ func DefaultKubeletStub() KubeletStub {
 		ReportInterval:     DefaultStubReportInterval,
 		LeaseDuration:      DefaultStubLeaseDuration,
 		LeaseRenewInterval: DefaultStubLeaseRenewInterval,
-		HeartbeatWorkers:   16,
-		PodWorkers:         8,
 		RecordEvents:       true,
 		NodeCIDRMaskSize:   DefaultStubNodeCIDRMaskSize,
 		InternalIPCIDR:     DefaultStubInternalIPCIDR,
@@ -250,6 +250,48 @@ func DefaultKubeletStub() KubeletStub {
 			Faults:   StubFaults{RejectRate: 1, FailRate: 1},
 		},
 	}
+}
+
+// Worker counts of a fleet sized by PodWorkerCount and HeartbeatWorkerCount: a fleet of N
+// nodes stands for N kubelets, each of which syncs its pods and renews its Lease on its
+// own, so a fleet's concurrency grows with N, up to where the API server, not the fleet,
+// is what a rollout waits for. At 5,000 nodes, 8 pod workers made numberReady wait 36 s
+// and 32–128 workers 12–13 s (docs/performance.md); a 10,000-node fleet renews 1,000
+// Leases a second, which 16 workers at 16 ms a request could only just do.
+const (
+	minPodWorkers       = 8
+	maxPodWorkers       = 64
+	nodesPerPodWorker   = 32
+	minHeartbeatWorkers = 16
+	maxHeartbeatWorkers = 64
+	nodesPerBeatWorker  = 128
+)
+
+// PodWorkerCount is PodWorkers, or when that is 0 one worker per 32 nodes, between 8
+// and 64.
+func (c KubeletStub) PodWorkerCount() int {
+	return workerCount(c.PodWorkers, c.nodeCount(), nodesPerPodWorker, minPodWorkers, maxPodWorkers)
+}
+
+// HeartbeatWorkerCount is HeartbeatWorkers, or when that is 0 one worker per 128 nodes,
+// between 16 and 64.
+func (c KubeletStub) HeartbeatWorkerCount() int {
+	return workerCount(c.HeartbeatWorkers, c.nodeCount(), nodesPerBeatWorker, minHeartbeatWorkers, maxHeartbeatWorkers)
+}
+
+// nodeCount is len(NodeNames()), without making the names.
+func (c KubeletStub) nodeCount() int {
+	if c.NodeName != "" {
+		return 1
+	}
+	return c.Nodes
+}
+
+func workerCount(configured, nodes, nodesPerWorker, lo, hi int) int {
+	if configured > 0 {
+		return configured
+	}
+	return min(max(nodes/nodesPerWorker, lo), hi)
 }
 
 // NodeNames returns the names of the nodes this configuration runs, in index order.
@@ -395,10 +437,10 @@ func (c KubeletStub) Validate() error {
 		return invalid("lease-duration", "must be a positive whole number of seconds")
 	case c.LeaseRenewInterval <= 0 || c.LeaseRenewInterval >= c.LeaseDuration:
 		return invalid("lease-renew-interval", "must be positive and shorter than %s", "lease-duration")
-	case c.HeartbeatWorkers < 1:
-		return invalid("heartbeat-workers", "must be at least 1")
-	case c.PodWorkers < 1:
-		return invalid("pod-workers", "must be at least 1")
+	case c.HeartbeatWorkers < 0:
+		return invalid("heartbeat-workers", "must not be negative (0 sizes them to the fleet)")
+	case c.PodWorkers < 0:
+		return invalid("pod-workers", "must not be negative (0 sizes them to the fleet)")
 	}
 	if err := c.validateNetworks(len(names)); err != nil {
 		return err

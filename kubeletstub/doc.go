@@ -18,7 +18,9 @@
 //     node's record of it, the faults and the clock; the one timer queue of the fleet wakes
 //     it when that status next changes by itself.
 //
-// The fleet shares one node informer and one pod informer.
+// The fleet shares one node informer and one pod informer. Its pod and heartbeat workers
+// grow with the number of nodes unless configured (configs.KubeletStub.PodWorkerCount):
+// N nodes stand for N kubelets, which do not wait for each other.
 //
 // Faults are read from node annotations at run time, so `kubectl annotate node` injects
 // them while the system runs (an annotation wins over the configuration):

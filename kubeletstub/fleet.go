@@ -389,12 +389,11 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	if cache.WaitForCacheSync(ctx.Done(), f.nodeInformer.HasSynced, f.podInformer.HasSynced) {
 		f.heartbeat.origin = f.clock.Now()
-		workers := f.cfg.HeartbeatWorkers
-		for range workers {
+		for range f.cfg.HeartbeatWorkerCount() {
 			wg.Go(func() { f.registrar.worker(ctx) })
 			wg.Go(func() { f.heartbeat.worker(ctx) })
 		}
-		for range f.cfg.PodWorkers {
+		for range f.cfg.PodWorkerCount() {
 			wg.Go(func() { f.pods.worker(ctx) })
 		}
 		f.registrar.enqueueAll()

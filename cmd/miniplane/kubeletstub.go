@@ -47,7 +47,7 @@ fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration fi
 		},
 	}
 	b = configs.Bind(cmd.Flags(), &cfg)
-	proc = bindProcess(cmd, configs.DefaultFleetMemoryBudget)
+	proc = bindProcess(cmd, configs.DefaultMemoryBudget)
 	return cmd
 }
 

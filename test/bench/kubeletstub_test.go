@@ -142,7 +142,7 @@ func runFleet(b *testing.B, n int) fleetResult {
 	if res.ready, err = time.ParseDuration(readLine("ready")); err != nil {
 		b.Fatal(err)
 	}
-	waitNodesReady(b, env.Client, n)
+	waitNodesReady(b, env.Client, n, nil)
 	res.apiReady = time.Since(started)
 	b.StopTimer()
 

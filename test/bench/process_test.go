@@ -55,6 +55,9 @@ type processResult struct {
 	allCreated    time.Duration // DaemonSet created → last of the N pods seen
 	ready         time.Duration // DaemonSet created → status.numberReady == N
 	rollingUpdate time.Duration // template changed → every pod updated and available
+	// notReady is how many times the node lifecycle controller found a node's heartbeats
+	// late (NodeNotReady events): a fleet too busy to renew its Leases shows here.
+	notReady int
 	// up and fleet are the two processes' figures over the whole run.
 	up, fleet procStats
 	// load is the 1-minute load average at the start and at the end of the run.
@@ -144,7 +147,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	fleetArgs := append([]string{"kubeletstub", "--kubeconfig", fleetConfig, "--nodes", strconv.Itoa(n), "--node-prefix", stub.NodePrefix},
 		strings.Fields(*flagFleetArgs)...)
 	fleet := startProcess(b, bin, filepath.Join(dir, "fleet.log"), fleetArgs...)
-	waitNodesReady(b, c, n)
+	waitNodesReady(b, c, n, fleet)
 	res.registered = time.Since(started)
 
 	ctx := context.Background()
@@ -199,14 +202,30 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 		p.st.peakRSS = procStatus(b, p.pid, "VmHWM")
 		p.st.cpu = childCPU(b, p.pid)
 	}
+	res.notReady = countEvents(b, c, "NodeNotReady")
 	res.loadEnd = loadAverage()
 	return res
+}
+
+// countEvents counts the occurrences of Events of reason in every namespace.
+func countEvents(b *testing.B, c kubernetes.Interface, reason string) int {
+	b.Helper()
+	events, err := c.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + reason})
+	if err != nil {
+		b.Fatalf("listing %s events: %v", reason, err)
+	}
+	// The recorder folds repeats for one object into one Event with a count.
+	total := 0
+	for _, e := range events.Items {
+		total += max(int(e.Count), 1)
+	}
+	return total
 }
 
 // startProcess starts bin with args, its output going to logPath, and stops it (SIGTERM,
 // then SIGKILL after a grace period) when the benchmark ends. A failing benchmark prints
 // the log's tail.
-func startProcess(b *testing.B, bin, logPath string, args ...string) *exec.Cmd {
+func startProcess(b *testing.B, bin, logPath string, args ...string) *process {
 	b.Helper()
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -237,17 +256,36 @@ func startProcess(b *testing.B, bin, logPath string, args ...string) *exec.Cmd {
 			}
 		}
 	})
-	return cmd
+	return &process{Cmd: cmd, exited: exited}
+}
+
+// process is a started child process.
+type process struct {
+	*exec.Cmd
+	exited <-chan struct{} // closed once it has exited and been waited for
+}
+
+// failIfExited ends the benchmark when the process has exited, with how it did: a
+// component that failed to start (a bad flag, say) would otherwise look like one that is
+// only slow until a deadline minutes away.
+func (p *process) failIfExited(b *testing.B) {
+	b.Helper()
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+		b.Fatalf("%s %s exited: %v", filepath.Base(p.Path), p.Args[1], p.ProcessState)
+	default:
+	}
 }
 
 // waitUp waits until `miniplane up` has written its admin kubeconfig and answers /readyz.
-func waitUp(b *testing.B, kubeconfig string, up *exec.Cmd) *rest.Config {
+func waitUp(b *testing.B, kubeconfig string, up *process) *rest.Config {
 	b.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		if up.ProcessState != nil {
-			b.Fatalf("miniplane up exited: %v", up.ProcessState)
-		}
+		up.failIfExited(b)
 		if rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig); err == nil {
 			rc.QPS, rc.Burst = 1000, 2000
 			c, err := kubernetes.NewForConfig(rc)
@@ -263,11 +301,13 @@ func waitUp(b *testing.B, kubeconfig string, up *exec.Cmd) *rest.Config {
 	return nil
 }
 
-// waitNodesReady waits until the API lists n nodes whose Ready condition is True.
-func waitNodesReady(b *testing.B, c kubernetes.Interface, n int) {
+// waitNodesReady waits until the API lists n nodes whose Ready condition is True, and
+// fails as soon as fleet, when not nil, has exited.
+func waitNodesReady(b *testing.B, c kubernetes.Interface, n int, fleet *process) {
 	b.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
+		fleet.failIfExited(b)
 		ready, err := readyNodes(c)
 		if ready == n {
 			return
@@ -380,16 +420,16 @@ func printProcessTable(w io.Writer, results []processResult) {
 		return
 	}
 	fmt.Fprintf(w, "\nDaemonSet rollout, `miniplane up --nodes 0` + `miniplane kubeletstub --nodes N` (etcd fsync on) %s\n", *flagUpArgs)
-	fmt.Fprintf(w, "%7s %12s %11s %12s %9s %9s %11s %11s %10s %10s %11s %10s %10s %13s %9s\n",
+	fmt.Fprintf(w, "%7s %12s %11s %12s %9s %9s %11s %11s %10s %10s %11s %10s %10s %13s %9s %9s\n",
 		"nodes", "etcd puts/s", "registered", "all created", "pods/s", "ready", "rolling 10%",
-		"up peak MiB", "up cpu-s", "(ready/rol)", "fleet MiB", "KiB/node", "fleet cpu-s", "(ready/rol)", "load")
+		"up peak MiB", "up cpu-s", "(ready/rol)", "fleet MiB", "KiB/node", "fleet cpu-s", "(ready/rol)", "NotReady", "load")
 	for _, r := range results {
-		fmt.Fprintf(w, "%7d %12.0f %11s %12s %9.0f %9s %11s %11.0f %10.1f %10s %11.0f %10.1f %10.1f %13s %9s\n",
+		fmt.Fprintf(w, "%7d %12.0f %11s %12s %9.0f %9s %11s %11.0f %10.1f %10s %11.0f %10.1f %10.1f %13s %9d %9s\n",
 			r.nodes, r.etcdWrites, fmtDur(r.registered), fmtDur(r.allCreated), float64(r.nodes)/r.allCreated.Seconds(),
 			fmtDur(r.ready), fmtDur(r.rollingUpdate),
 			float64(r.up.peakRSS)/(1<<20), r.up.cpu.Seconds(), fmt.Sprintf("%.1f/%.1f", r.up.readyCPU.Seconds(), r.up.rollingCPU.Seconds()),
 			float64(r.fleet.peakRSS)/(1<<20), float64(r.fleet.peakRSS)/1024/float64(r.nodes), r.fleet.cpu.Seconds(),
-			fmt.Sprintf("%.1f/%.1f", r.fleet.readyCPU.Seconds(), r.fleet.rollingCPU.Seconds()),
+			fmt.Sprintf("%.1f/%.1f", r.fleet.readyCPU.Seconds(), r.fleet.rollingCPU.Seconds()), r.notReady,
 			fmt.Sprintf("%.1f→%.1f", r.loadStart, r.loadEnd))
 	}
 	fmt.Fprintln(w)

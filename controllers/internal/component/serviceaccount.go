@@ -37,6 +37,10 @@ func ServiceAccountConfig(client kubernetes.Interface, base *rest.Config, namesp
 	ts := &serviceAccountTokens{client: client, namespace: namespace, name: name}
 	cfg := rest.AnonymousClientConfig(base)
 	cfg.UserAgent, cfg.QPS, cfg.Burst = base.UserAgent, base.QPS, base.Burst
+	// The connection is not a credential: a base configuration with a transport of its
+	// own (an embedding program's, a test's) keeps it, whichever identity a controller
+	// acts as; AnonymousClientConfig drops it.
+	cfg.Transport = base.Transport
 	cfg.WrapTransport = transport.ResettableTokenSourceWrapTransport(transport.NewCachedTokenSource(ts))
 	return cfg
 }
