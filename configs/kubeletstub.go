@@ -255,9 +255,10 @@ func DefaultKubeletStub() KubeletStub {
 // Worker counts of a fleet sized by PodWorkerCount and HeartbeatWorkerCount: a fleet of N
 // nodes stands for N kubelets, each of which syncs its pods and renews its Lease on its
 // own, so a fleet's concurrency grows with N, up to where the API server, not the fleet,
-// is what a rollout waits for. At 5,000 nodes, 8 pod workers made numberReady wait 36 s
-// and 32–128 workers 12–13 s (docs/performance.md); a 10,000-node fleet renews 1,000
-// Leases a second, which 16 workers at 16 ms a request could only just do.
+// is what a rollout waits for. At 5,000 nodes numberReady came 16.2 s after the DaemonSet
+// with 8 pod workers and 12–13.5 s with 32 to 128 (docs/performance.md); a 10,000-node
+// fleet renews 1,000 Leases a second, which 16 workers at 16 ms a request could only just
+// do.
 const (
 	minPodWorkers       = 8
 	maxPodWorkers       = 64

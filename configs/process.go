@@ -22,7 +22,7 @@ type Process struct {
 // what it really holds (the goals of issue 13: 300 MiB for 1,000 nodes, 1 GiB for 5,000).
 // Raise it to buy speed with memory. A stub fleet has it too: with its heartbeat workers
 // sized to the fleet, a 10,000-node fleet kept every Lease on time at this budget, in
-// 38 KiB a node instead of 84 without it (docs/performance.md).
+// 37 KiB a node instead of 84 without it (docs/performance.md).
 const DefaultMemoryBudget = "256Mi"
 
 // DefaultProcess returns the defaults.
