@@ -1,8 +1,10 @@
 package configs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"strings"
 	"time"
@@ -497,6 +499,38 @@ func (c KubeletStub) validateNetworks(nodes int) error {
 		return invalidf("internal-ip-cidr", "%s is too small for %d nodes", c.InternalIPCIDR, nodes)
 	}
 	return nil
+}
+
+// ReplicaInternalIPCIDR returns the replica-th block (counting from 1) of internal-ip-cidr,
+// each block the smallest that numbers the fleet's nodes. Replicas of one compose service
+// share a configuration, so without it every replica would give its node i the same
+// InternalIP, and host-network pods (which take the node's address) the same pod IP.
+// Replica 1 keeps the addresses the whole range gives.
+func (c KubeletStub) ReplicaInternalIPCIDR(replica int) (string, error) {
+	_, ipNet, err := net.ParseCIDR(c.InternalIPCIDR)
+	if err != nil || ipNet.IP.To4() == nil {
+		return "", invalidf("internal-ip-cidr", "%q must be an IPv4 CIDR", c.InternalIPCIDR)
+	}
+	if replica < 1 {
+		return "", fmt.Errorf("replica %d: replicas count from 1", replica)
+	}
+	nodes := max(c.Nodes, 1)
+	if c.NodeName != "" {
+		nodes = 1
+	}
+	hostBits := bits.Len(uint(nodes + 1)) // a block of 1<<hostBits holds addresses 1..nodes and a broadcast
+	ones, _ := ipNet.Mask.Size()
+	if 32-ones < hostBits {
+		return "", invalidf("internal-ip-cidr", "%s is too small for %d nodes", c.InternalIPCIDR, nodes)
+	}
+	if blocks := uint64(1) << (32 - ones - hostBits); uint64(replica) > blocks {
+		return "", invalidf("internal-ip-cidr", "%s has %d blocks of /%d for fleets of %d nodes, fewer than replica %d needs",
+			c.InternalIPCIDR, blocks, 32-hostBits, nodes, replica)
+	}
+	base := binary.BigEndian.Uint32(ipNet.IP.To4()) + uint32(replica-1)<<hostBits
+	ip := make(net.IP, 4)
+	binary.BigEndian.PutUint32(ip, base)
+	return fmt.Sprintf("%s/%d", ip, 32-hostBits), nil
 }
 
 // ValidateStandalone is Validate for `miniplane kubeletstub`, which needs a kubeconfig to

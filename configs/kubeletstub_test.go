@@ -50,3 +50,41 @@ func TestStubWorkerCountsMustNotBeNegative(t *testing.T) {
 		t.Errorf("defaults (both 0, sized to the fleet): %v", err)
 	}
 }
+
+func TestReplicaInternalIPCIDR(t *testing.T) {
+	tests := []struct {
+		name    string
+		cidr    string
+		nodes   int
+		replica int
+		want    string // empty: an error naming internal-ip-cidr
+	}{
+		{name: "replica 1 starts where the range does", cidr: "172.21.0.0/16", nodes: 100, replica: 1, want: "172.21.0.0/25"},
+		{name: "replica 2 takes the next block", cidr: "172.21.0.0/16", nodes: 100, replica: 2, want: "172.21.0.128/25"},
+		{name: "126 nodes and a broadcast fit in 128", cidr: "10.0.0.0/16", nodes: 126, replica: 3, want: "10.0.1.0/25"},
+		{name: "127 nodes need 256", cidr: "10.0.0.0/16", nodes: 127, replica: 3, want: "10.0.2.0/24"},
+		{name: "2,500 nodes take a /20", cidr: "172.21.0.0/16", nodes: 2500, replica: 16, want: "172.21.240.0/20"},
+		{name: "the range runs out of blocks", cidr: "172.21.0.0/16", nodes: 2500, replica: 17},
+		{name: "the range is smaller than one fleet", cidr: "172.21.0.0/24", nodes: 300, replica: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultKubeletStub()
+			c.InternalIPCIDR, c.Nodes = tt.cidr, tt.nodes
+			got, err := c.ReplicaInternalIPCIDR(tt.replica)
+			if tt.want == "" {
+				if err == nil || !strings.Contains(err.Error(), "internal-ip-cidr") {
+					t.Fatalf("ReplicaInternalIPCIDR(%d) = %q, %v; want an error naming internal-ip-cidr", tt.replica, got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ReplicaInternalIPCIDR(%d) = %q, %v; want %q", tt.replica, got, err, tt.want)
+			}
+			c.InternalIPCIDR = got
+			if err := c.Validate(); err != nil {
+				t.Errorf("the block does not validate for %d nodes: %v", tt.nodes, err)
+			}
+		})
+	}
+}

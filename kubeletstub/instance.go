@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,23 +20,32 @@ import (
 const dockerDNS = "127.0.0.11:53"
 
 // ResolveInstance replaces the placeholders of a node-instance value: {hostname} by the
-// host's name and {replica} by the replica number docker compose gave this container.
-func ResolveInstance(ctx context.Context, instance string) (string, error) {
+// host's name and {replica} by the replica number docker compose gave this container. It
+// also returns that replica number, 0 when the value has no {replica}.
+func ResolveInstance(ctx context.Context, instance string) (resolved string, replica int, err error) {
+	return resolveInstance(ctx, instance, dockerDNS)
+}
+
+func resolveInstance(ctx context.Context, instance, dns string) (string, int, error) {
 	if strings.Contains(instance, configs.StubInstanceHostname) {
 		host, err := os.Hostname()
 		if err != nil {
-			return "", fmt.Errorf("node-instance %s: %w", configs.StubInstanceHostname, err)
+			return "", 0, fmt.Errorf("node-instance %s: %w", configs.StubInstanceHostname, err)
 		}
 		instance = strings.ReplaceAll(instance, configs.StubInstanceHostname, nameSegment(host))
 	}
+	replica := 0
 	if strings.Contains(instance, configs.StubInstanceReplica) {
-		n, err := composeReplica(ctx, dockerDNS)
+		n, err := composeReplica(ctx, dns)
 		if err != nil {
-			return "", fmt.Errorf("node-instance %s: cannot tell this container's compose replica number: %w", configs.StubInstanceReplica, err)
+			return "", 0, fmt.Errorf("node-instance %s: cannot tell this container's compose replica number: %w", configs.StubInstanceReplica, err)
+		}
+		if replica, err = strconv.Atoi(n); err != nil {
+			return "", 0, fmt.Errorf("node-instance %s: replica number %q: %w", configs.StubInstanceReplica, n, err)
 		}
 		instance = strings.ReplaceAll(instance, configs.StubInstanceReplica, n)
 	}
-	return instance, nil
+	return instance, replica, nil
 }
 
 // nameSegment turns s into lower-case letters, digits and inner dashes.

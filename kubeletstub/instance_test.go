@@ -93,14 +93,24 @@ func TestResolveInstanceHostname(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	got, err := ResolveInstance(context.Background(), "x-{hostname}")
+	got, replica, err := ResolveInstance(context.Background(), "x-{hostname}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "x-" + nameSegment(host); got != want || strings.ContainsAny(got, "{}_.") {
-		t.Errorf("ResolveInstance = %q, want %q", got, want)
+	if want := "x-" + nameSegment(host); got != want || strings.ContainsAny(got, "{}_.") || replica != 0 {
+		t.Errorf("ResolveInstance = %q, %d; want %q, 0", got, replica, want)
 	}
-	if got, err := ResolveInstance(context.Background(), "plain"); err != nil || got != "plain" {
-		t.Errorf("ResolveInstance(plain) = %q, %v", got, err)
+	if got, replica, err := ResolveInstance(context.Background(), "plain"); err != nil || got != "plain" || replica != 0 {
+		t.Errorf("ResolveInstance(plain) = %q, %d, %v", got, replica, err)
+	}
+}
+
+func TestResolveInstanceReplica(t *testing.T) {
+	got, replica, err := resolveInstance(context.Background(), "r{replica}", fakeDNS(t, "proj-kubelet-fleet-7.proj_default."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "r7" || replica != 7 {
+		t.Errorf("resolveInstance = %q, %d; want r7, 7", got, replica)
 	}
 }

@@ -33,11 +33,18 @@ fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration fi
 			if err := proc.start(cmd.Context()); err != nil {
 				return err
 			}
-			instance, err := kubeletstub.ResolveInstance(cmd.Context(), cfg.NodeInstance)
+			instance, replica, err := kubeletstub.ResolveInstance(cmd.Context(), cfg.NodeInstance)
 			if err != nil {
 				return err
 			}
-			if instance != cfg.NodeInstance {
+			if replica > 0 {
+				// Replicas share the configuration; each numbers its nodes' InternalIPs
+				// in a block of its own, as its node names are its own.
+				if cfg.InternalIPCIDR, err = cfg.ReplicaInternalIPCIDR(replica); err != nil {
+					return err
+				}
+			}
+			if instance != cfg.NodeInstance || replica > 0 {
 				cfg.NodeInstance = instance
 				if err := cfg.ValidateStandalone(); err != nil {
 					return err

@@ -153,8 +153,8 @@ func TestCompose(t *testing.T) {
 }
 
 // scaleFleet runs a second kubelet-fleet replica with nothing set by hand: its nodes must
-// have names of their own, every Node a pod CIDR block of its own, and the daemon pods on
-// the new nodes IPs no other pod has.
+// have names and InternalIPs of their own, every Node a pod CIDR block of its own, and the
+// daemon pods on the new nodes IPs no other pod has.
 func scaleFleet(ctx context.Context, t *testing.T, s *stack, client kubernetes.Interface, timings map[string]time.Duration) {
 	start := time.Now()
 	s.mustCompose(ctx, t, 3*time.Minute, "up", "-d", "--no-recreate", "--scale", "kubelet-fleet=2")
@@ -176,8 +176,19 @@ func scaleFleet(ctx context.Context, t *testing.T, s *stack, client kubernetes.I
 		return without == 0, fmt.Sprintf("%d of %d nodes without a pod CIDR", without, len(nodes.Items))
 	})
 	cidrs := map[string]string{}
+	internalIPs := map[string]string{}
 	perReplica := map[string]int{}
 	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP {
+				continue
+			}
+			// Host-network pods take this address as their pod IP.
+			if other, dup := internalIPs[a.Address]; dup {
+				t.Errorf("nodes %s and %s share InternalIP %s", other, n.Name, a.Address)
+			}
+			internalIPs[a.Address] = n.Name
+		}
 		if rest, ok := strings.CutPrefix(n.Name, "fleet-"); ok {
 			replica, _, _ := strings.Cut(rest, "-")
 			perReplica[replica]++
@@ -207,8 +218,8 @@ func scaleFleet(ctx context.Context, t *testing.T, s *stack, client kubernetes.I
 		ips[p.Status.PodIP] = p.Name
 	}
 	timings["scale: second fleet rolled out"] = time.Since(start)
-	t.Logf("kubelet-fleet=2: %d nodes with distinct names and pod CIDRs, %d daemon pods with distinct IPs, after %s",
-		len(nodes.Items), len(ips), time.Since(start).Round(100*time.Millisecond))
+	t.Logf("kubelet-fleet=2: %d nodes with distinct names, InternalIPs (%d) and pod CIDRs, %d daemon pods with distinct IPs, after %s",
+		len(nodes.Items), len(internalIPs), len(ips), time.Since(start).Round(100*time.Millisecond))
 }
 
 // checkHostKubeconfig checks that the admin kubeconfig the root containers wrote into the
