@@ -41,6 +41,8 @@ t_nodes=$(date +%s.%N)
 echo "nodes Ready: ${n:-0}/$want after $(echo "$t_nodes - $t_up" | bc) s from up"
 cidrs=$(kubectl get nodes -o json | jq '[.items[].spec.podCIDR] | (length|tostring) + " nodes, " + (unique|length|tostring) + " distinct podCIDRs, " + (map(select(.==null))|length|tostring) + " without"')
 echo "pod CIDRs: $cidrs"
+ips=$(kubectl get nodes -o json | jq '[.items[].status.addresses[]? | select(.type=="InternalIP") | .address] | (length|tostring) + " InternalIPs, " + (unique|length|tostring) + " distinct"')
+echo "node addresses: $ips"
 cat <<'YAML' | kubectl apply -f - >/dev/null
 apiVersion: apps/v1
 kind: DaemonSet
