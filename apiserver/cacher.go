@@ -29,8 +29,8 @@ import (
 //
 // A version that has been superseded (or deleted) for a while is only read by watches that
 // replay history, and most of those speak protobuf: compact then drops the decoded object,
-// three times the size of its encoding, and object decodes it again from the encoding for
-// the rare reader that needs it (docs/watch-cache.md, "Memory").
+// three times the size of its encoding, and packs the encoding; object decodes it again
+// for the rare reader that needs it (docs/watch-cache.md, "Memory").
 type cachedObject struct {
 	key       string
 	namespace string
@@ -49,7 +49,7 @@ type cachedObject struct {
 	jsonData  []byte
 	jsonErr   error
 	protoOnce sync.Once
-	proto     []byte
+	proto     atomic.Pointer[protoEncoding] // set by protoOnce, replaced by compact
 	protoErr  error
 }
 
@@ -69,8 +69,12 @@ func (o *cachedObject) object() runtime.Object {
 		return d.obj
 	}
 	// compact stores nil only after the encoding was made, so proto is set here.
+	data, err := o.proto.Load().bytes()
+	if err != nil {
+		panic(err.Error()) // the bytes are this server's own packing
+	}
 	obj := o.res.newFunc()
-	if err := obj.(protoUnmarshaler).Unmarshal(o.proto); err != nil {
+	if err := obj.(protoUnmarshaler).Unmarshal(data); err != nil {
 		// The bytes are this server's own encoding of a valid object.
 		panic(fmt.Sprintf("watch cache: decoding %s at %d: %v", o.key, o.rv, err))
 	}
@@ -78,25 +82,37 @@ func (o *cachedObject) object() runtime.Object {
 	return obj
 }
 
-// compact drops the decoded object, keeping the protobuf encoding, when the kind has one
-// (custom resources have none and stay decoded).
+// compact drops the decoded object, keeping the protobuf encoding packed, when the kind has
+// one (custom resources have none and stay decoded).
 // Call it only for a version that is no longer current: reads of current objects are the
-// common case and must not decode. JSON encodings already made are dropped too; they are
-// made again from a decoding if asked for.
+// common case and must neither decode nor unpack. Compacting one version twice at once is
+// not allowed (the cache's lock serializes it).
 func (o *cachedObject) compact() {
 	if o.decoded.Load() == nil {
 		return
 	}
-	if data, err := o.protobuf(); err != nil || data == nil {
+	data, err := o.protobuf()
+	if err != nil || data == nil {
 		return
+	}
+	if packed := packProto(data); packed != nil {
+		o.proto.Store(packed)
 	}
 	o.decoded.Store(nil)
 }
 
-// protobuf returns the object's protobuf encoding, making it once.
+// protobuf returns the object's protobuf encoding, making it once. The bytes of a compacted
+// version are a fresh unpacked copy.
 func (o *cachedObject) protobuf() ([]byte, error) {
-	o.protoOnce.Do(func() { o.proto, o.protoErr = rawProto(o.object()) })
-	return o.proto, o.protoErr
+	o.protoOnce.Do(func() {
+		data, err := rawProto(o.object())
+		o.protoErr = err
+		o.proto.Store(&protoEncoding{raw: data})
+	})
+	if o.protoErr != nil {
+		return nil, o.protoErr
+	}
+	return o.proto.Load().bytes()
 }
 
 // json returns the object's JSON encoding, making it once.

@@ -648,7 +648,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // TestCacherCompactsSupersededVersions: a version compactLag changes behind the newest
-// change keeps only its encoding once another version replaced it, while current objects
+// change keeps only its encoding, packed, once another version replaced it, while current objects
 // stay decoded; a watch replaying that history still gets every version as it was, decoded
 // and encoded alike, and the cache's reads are unchanged.
 func TestCacherCompactsSupersededVersions(t *testing.T) {
@@ -660,6 +660,7 @@ func TestCacherCompactsSupersededVersions(t *testing.T) {
 	for i := range compactLag + 50 {
 		rv++
 		p := testPod("a", fmt.Sprintf("n%d", i), web)
+		p.Annotations = map[string]string{"note": strings.Repeat("repetitive enough to pack ", 8)}
 		ev := modified(rv, p)
 		if i == 0 {
 			ev = added(rv, p)
@@ -683,6 +684,9 @@ func TestCacherCompactsSupersededVersions(t *testing.T) {
 			t.Errorf("current object %s@%d was compacted", ev.cur.key, ev.cur.rv)
 		case !current && ev.cur.decoded.Load() == nil:
 			compacted++
+			if e := ev.cur.proto.Load(); e.raw != nil || len(e.packed) == 0 {
+				t.Errorf("compacted %s@%d keeps %d whole bytes, %d packed", ev.cur.key, ev.cur.rv, len(e.raw), len(e.packed))
+			}
 		case !current && i < ct.c.hLen-compactLag:
 			decodedOld++
 		}
@@ -710,6 +714,13 @@ func TestCacherCompactsSupersededVersions(t *testing.T) {
 		data, err := it.obj.json()
 		if err != nil || !json.Valid(data) || !strings.Contains(string(data), `"nodeName":"`+want[it.obj.rv].Spec.NodeName+`"`) {
 			t.Fatalf("replayed a@%d as JSON %s (%v)", it.obj.rv, data, err)
+		}
+		// What a protobuf watcher is sent: the whole encoding, unpacked if it was packed.
+		raw, err := it.obj.protobuf()
+		var fromWire corev1.Pod
+		if err != nil || fromWire.Unmarshal(raw) != nil || fromWire.Spec.NodeName != want[it.obj.rv].Spec.NodeName ||
+			fromWire.ResourceVersion != strconv.FormatInt(it.obj.rv, 10) {
+			t.Fatalf("replayed a@%d as protobuf: node %q, resourceVersion %q (%v)", it.obj.rv, fromWire.Spec.NodeName, fromWire.ResourceVersion, err)
 		}
 	}
 	if seen != compactLag+50 {
