@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -44,7 +45,7 @@ type fieldManagers struct {
 	mu        sync.Mutex
 	revision  uint64
 	built     bool
-	converter *storedTrustingConverter
+	converter *trustingConverter
 	managers  map[fieldManagerKey]*managedfields.FieldManager
 }
 
@@ -64,7 +65,7 @@ func (f *fieldManagers) get(res *resource, subresource string) (*managedfields.F
 }
 
 // getWithConverter is get, also returning the type converter the field manager uses.
-func (f *fieldManagers) getWithConverter(res *resource, subresource string) (*managedfields.FieldManager, *storedTrustingConverter, error) {
+func (f *fieldManagers) getWithConverter(res *resource, subresource string) (*managedfields.FieldManager, *trustingConverter, error) {
 	rev := f.reg.currentRevision()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -77,7 +78,7 @@ func (f *fieldManagers) getWithConverter(res *resource, subresource string) (*ma
 		if err != nil {
 			return nil, nil, fmt.Errorf("apiserver: type converter for managed fields: %w", err)
 		}
-		f.converter = &storedTrustingConverter{TypeConverter: conv}
+		f.converter = &trustingConverter{TypeConverter: conv}
 		f.managers, f.revision, f.built = map[fieldManagerKey]*managedfields.FieldManager{}, rev, true
 	}
 	key := fieldManagerKey{gvk: res.gvk(), subresource: subresource}
@@ -106,11 +107,17 @@ func (f *fieldManagers) getWithConverter(res *resource, subresource string) (*ma
 // An update's field manager turns both the stored object and the new one into typed values
 // of the schema, and its type converter validates each against the schema on the way: two
 // full walks of every object before the walk that compares them, 15% of the API server's
-// CPU in a 5,000-node rollout. The stored object was validated when it was written, and the
-// comparison walks it again anyway, so the stored object of an update is converted without
-// validation. That needs the object to reach the converter as itself: the field manager
-// passes it through its object converter first, which deep-copies it even when it is
-// already of the version asked for.
+// CPU in a 5,000-node rollout. Neither walk can find anything for a built-in kind:
+//   - The stored object was validated when it was written. That needs the object to reach
+//     the converter as itself: the field manager passes it through its object converter
+//     first, which deep-copies it even when it is already of the version asked for.
+//   - Any object of a built-in kind is a Go struct, and the schema is generated from the same
+//     structs, so its types cannot differ from the schema's. What is left to find is a
+//     duplicate key in a keyed list, and the field manager converts the objects of an update
+//     (and the live object of an apply) allowing duplicates. An item without its key would
+//     fail the comparison that follows just as it fails validation.
+// So those are converted without validation; an applied configuration and every custom
+// resource (unstructured, whatever the client sent) are still validated.
 
 // inPlaceConverter is the Scheme, except that a typed object already of the version asked
 // for is returned as it is rather than deep-copied. The field manager only reads what it
@@ -127,10 +134,10 @@ func (c inPlaceConverter) ConvertToVersion(in runtime.Object, target runtime.Gro
 	return c.Scheme.ConvertToVersion(in, target)
 }
 
-// storedTrustingConverter converts the stored objects of the updates in progress (see
-// trustStored) to typed values without validating them, and everything else as the
-// wrapped converter does.
-type storedTrustingConverter struct {
+// trustingConverter converts the stored objects of the updates in progress (see
+// trustStored), and built-in objects converted allowing duplicates, to typed values without
+// validating them, and everything else as the wrapped converter does.
+type trustingConverter struct {
 	managedfields.TypeConverter
 	stored sync.Map // runtime.Object → struct{}
 	types  sync.Map // schema.GroupVersionKind → typeOfKind
@@ -144,17 +151,18 @@ type typeOfKind struct {
 
 // trustStored marks obj, an object read from storage, as valid until the returned func is
 // called.
-func (c *storedTrustingConverter) trustStored(obj runtime.Object) (done func()) {
+func (c *trustingConverter) trustStored(obj runtime.Object) (done func()) {
 	c.stored.Store(obj, struct{}{})
 	return func() { c.stored.Delete(obj) }
 }
 
-func (c *storedTrustingConverter) ObjectToTyped(obj runtime.Object, opts ...typed.ValidationOptions) (*typed.TypedValue, error) {
-	if _, ok := c.stored.Load(obj); ok {
+func (c *trustingConverter) ObjectToTyped(obj runtime.Object, opts ...typed.ValidationOptions) (*typed.TypedValue, error) {
+	if c.trusted(obj, opts) {
 		if t, ok := c.typeOf(obj.GetObjectKind().GroupVersionKind()); ok {
 			if v, err := value.NewValueReflect(obj); err == nil {
-				// Deprecated for values that were never validated; this one was, when it
-				// was stored, and validating it again cost nearly a third of the bookkeeping.
+				// Deprecated for values that were never validated; validating this one
+				// could find nothing (see trusted), and each walk cost nearly a third of
+				// the bookkeeping.
 				return typed.AsTypedUnvalidated(v, t.schema, t.typeRef), nil //nolint:staticcheck // see above
 			}
 		}
@@ -162,8 +170,17 @@ func (c *storedTrustingConverter) ObjectToTyped(obj runtime.Object, opts ...type
 	return c.TypeConverter.ObjectToTyped(obj, opts...)
 }
 
+// trusted reports whether validating obj could find nothing (see above).
+func (c *trustingConverter) trusted(obj runtime.Object, opts []typed.ValidationOptions) bool {
+	if _, ok := c.stored.Load(obj); ok {
+		return true
+	}
+	_, unstructured := obj.(runtime.Unstructured)
+	return !unstructured && slices.Contains(opts, typed.AllowDuplicates)
+}
+
 // typeOf finds a kind's type by converting an empty object of the kind once.
-func (c *storedTrustingConverter) typeOf(gvk schema.GroupVersionKind) (typeOfKind, bool) {
+func (c *trustingConverter) typeOf(gvk schema.GroupVersionKind) (typeOfKind, bool) {
 	if t, ok := c.types.Load(gvk); ok {
 		return t.(typeOfKind), true
 	}
