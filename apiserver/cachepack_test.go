@@ -14,14 +14,14 @@ import (
 // managers' managedFields, a container, conditions and a container status.
 func daemonPodEncoding(tb testing.TB, i int) []byte {
 	tb.Helper()
-	fields := []byte(`{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:controller-revision-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"7d7f\"}":{}}},"f:spec":{"f:affinity":{".":{},"f:nodeAffinity":{}},"f:containers":{"k:{\"name\":\"agent\"}":{".":{},"f:image":{},"f:name":{}}},"f:tolerations":{}}}`)
+	fields := metav1.NewFieldsV1(`{"f:metadata":{"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:controller-revision-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"7d7f\"}":{}}},"f:spec":{"f:affinity":{".":{},"f:nodeAffinity":{}},"f:containers":{"k:{\"name\":\"agent\"}":{".":{},"f:image":{},"f:name":{}}},"f:tolerations":{}}}`)
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: fmt.Sprintf("agent-%05d", i), Namespace: "default", UID: "0c5e3f7a-9b1d-4e2f-8a6b-3c4d5e6f7a8b",
 			ResourceVersion: fmt.Sprint(100000 + i), Labels: map[string]string{"app": "agent", "controller-revision-hash": "6d4b9f"},
 			ManagedFields: []metav1.ManagedFieldsEntry{
-				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: fields}},
-				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: fields}},
+				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: fields},
+				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", Subresource: "status", FieldsV1: fields},
 			},
 		},
 		Spec: corev1.PodSpec{
