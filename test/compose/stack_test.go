@@ -340,7 +340,10 @@ func (s *stack) dumpDiagnostics() {
 func (s *stack) teardown() {
 	ctx := context.Background()
 	if _, err := s.composeRun(ctx, 3*time.Minute, "down", "-v", "--remove-orphans", "-t", "5"); err != nil {
-		s.t.Errorf("teardown: %v", err)
+		// Compose stops at the first resource it cannot remove (the network, usually, with
+		// volumes after it): remove the rest one by one; leftovers below says what stayed.
+		s.t.Logf("teardown: %v", err)
+		s.removeLeftovers(ctx)
 	}
 	// Only the tag this run built; layers shared with other tags stay.
 	if out, err := s.run(ctx, time.Minute, "docker", "image", "ls", "-q", s.image); err == nil && strings.TrimSpace(out) != "" {
@@ -352,11 +355,63 @@ func (s *stack) teardown() {
 		s.t.Errorf("teardown: remove %s: %v", s.work, err)
 	}
 	left := s.leftovers(ctx)
+	var stuck []string
+	left = slices.DeleteFunc(left, func(l string) bool {
+		name, ok := strings.CutPrefix(l, "network ")
+		if ok && s.emptyNetwork(ctx, name) {
+			stuck = append(stuck, name)
+			return true
+		}
+		return false
+	})
+	if len(stuck) > 0 {
+		// A daemon bug (moby/moby#42119): after its containers are gone the daemon may
+		// still count endpoints on a network and refuse to remove it until it restarts.
+		// Nothing of the project is attached to it; the test cannot do more.
+		s.t.Logf("teardown: WARNING: the Docker daemon refuses to remove network %s although no container is attached (\"has active endpoints\", moby/moby#42119; a daemon restart removes it)",
+			strings.Join(stuck, ", "))
+	}
 	if len(left) > 0 {
 		s.t.Errorf("teardown left behind: %s", strings.Join(left, ", "))
-	} else {
+	} else if len(stuck) == 0 {
 		s.t.Logf("teardown: no container, network, volume or image of project %s is left", s.project)
 	}
+}
+
+// removeLeftovers removes the project's containers, then its networks and volumes, one by
+// one, trying again for a while: the daemon releases a removed container's endpoints a
+// moment after it reports the container gone.
+func (s *stack) removeLeftovers(ctx context.Context) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := s.leftovers(ctx)
+		var failed bool
+		for _, kind := range []string{"container", "network", "volume"} {
+			for _, l := range left {
+				name, ok := strings.CutPrefix(l, kind+" ")
+				if !ok {
+					continue
+				}
+				rm := []string{kind, "rm", name}
+				if kind == "container" {
+					rm = []string{"rm", "-f", "-v", name}
+				}
+				if _, err := s.run(ctx, time.Minute, "docker", rm...); err != nil {
+					failed = true
+				}
+			}
+		}
+		if !failed || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// emptyNetwork reports whether the named network exists with no container attached.
+func (s *stack) emptyNetwork(ctx context.Context, name string) bool {
+	out, err := s.run(ctx, time.Minute, "docker", "network", "inspect", "--format", "{{len .Containers}}", name)
+	return err == nil && strings.TrimSpace(out) == "0"
 }
 
 // leftovers lists the containers, networks and volumes of the project, found by compose's
