@@ -53,6 +53,9 @@ func newBrowser(t testing.TB) *browser {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium keeps its singleton socket in a folder of TMPDIR that it leaves behind
+		// when it is stopped; give it one the test removes.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.WindowSize(1400, 1000),
 		// The API server's certificate is signed by the control plane's own CA, which this
 		// throw-away profile does not trust.
