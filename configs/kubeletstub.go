@@ -527,10 +527,26 @@ func (c KubeletStub) ReplicaInternalIPCIDR(replica int) (string, error) {
 		return "", invalidf("internal-ip-cidr", "%s has %d blocks of /%d for fleets of %d nodes, fewer than replica %d needs",
 			c.InternalIPCIDR, blocks, 32-hostBits, nodes, replica)
 	}
-	base := binary.BigEndian.Uint32(ipNet.IP.To4()) + uint32(replica-1)<<hostBits
+	block, err := CIDRBlock(c.InternalIPCIDR, 32-hostBits, replica-1)
+	if err != nil {
+		return "", err
+	}
+	return block.String(), nil
+}
+
+// CIDRBlock returns the index-th block of maskSize bits inside the IPv4 CIDR cidr.
+func CIDRBlock(cidr string, maskSize, index int) (*net.IPNet, error) {
+	_, ipNet, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return nil, err
+	}
+	ones, _ := ipNet.Mask.Size()
+	if ipNet.IP.To4() == nil || maskSize < ones || maskSize > 32 || index < 0 || uint64(index) >= uint64(1)<<(maskSize-ones) {
+		return nil, fmt.Errorf("%s has no block %d of /%d", cidr, index, maskSize)
+	}
 	ip := make(net.IP, 4)
-	binary.BigEndian.PutUint32(ip, base)
-	return fmt.Sprintf("%s/%d", ip, 32-hostBits), nil
+	binary.BigEndian.PutUint32(ip, binary.BigEndian.Uint32(ipNet.IP.To4())+uint32(index)<<(32-maskSize))
+	return &net.IPNet{IP: ip, Mask: net.CIDRMask(maskSize, 32)}, nil
 }
 
 // ValidateStandalone is Validate for `miniplane kubeletstub`, which needs a kubeconfig to

@@ -132,7 +132,7 @@ func newStubNode(cfg *configs.KubeletStub, name string, index int, resources res
 		n.hostIP = internalIP.String()
 	}
 	if cfg.PodCIDR != "" {
-		block, err := nodeBlock(cfg.PodCIDR, cfg.NodeCIDRMaskSize, index)
+		block, err := configs.CIDRBlock(cfg.PodCIDR, cfg.NodeCIDRMaskSize, index)
 		if err != nil {
 			return nil, fmt.Errorf("pod-cidr: %w", err)
 		}
@@ -335,21 +335,6 @@ func nthAddress(cidr string, n uint32) (net.IP, error) {
 	ip := make(net.IP, 4)
 	binary.BigEndian.PutUint32(ip, binary.BigEndian.Uint32(base)+n)
 	return ip, nil
-}
-
-// nodeBlock returns the index-th block of maskSize bits inside cidr.
-func nodeBlock(cidr string, maskSize, index int) (*net.IPNet, error) {
-	_, ipNet, err := net.ParseCIDR(cidr)
-	if err != nil {
-		return nil, err
-	}
-	ones, _ := ipNet.Mask.Size()
-	if maskSize < ones || maskSize > 32 || uint64(index) >= uint64(1)<<(maskSize-ones) {
-		return nil, fmt.Errorf("%s has no block %d of /%d", cidr, index, maskSize)
-	}
-	ip := make(net.IP, 4)
-	binary.BigEndian.PutUint32(ip, binary.BigEndian.Uint32(ipNet.IP.To4())+uint32(index)<<(32-maskSize))
-	return &net.IPNet{IP: ip, Mask: net.CIDRMask(maskSize, 32)}, nil
 }
 
 // allocateIP returns a free pod IP in block (the node's pod CIDR), skipping the network and
