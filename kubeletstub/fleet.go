@@ -51,6 +51,12 @@ type Options struct {
 	// Registerer receives the fleet's Prometheus metrics; nil keeps them unregistered.
 	// Fleets sharing a registerer share (add up) their metrics.
 	Registerer prometheus.Registerer
+	// Informers, when set, is a factory whose Node and Pod informers the fleet reads instead
+	// of watching for itself: in one process with the controllers, the one they share, so
+	// the process holds one cache of every Node and Pod rather than two. Its informers must
+	// list every Node and Pod, with no selector; the fleet starts the two it takes but never
+	// shuts the factory down. Nil gives the fleet its own watches.
+	Informers informers.SharedInformerFactory
 }
 
 // Fleet is one process's stub kubelets: one node or many, sharing one node informer, one
@@ -64,10 +70,12 @@ type Fleet struct {
 	nodes  []*stubNode
 	byName map[string]*stubNode
 
-	nodeFactory  informers.SharedInformerFactory
-	podFactory   informers.SharedInformerFactory
-	nodeInformer cache.SharedIndexInformer
-	podInformer  cache.SharedIndexInformer
+	nodeFactory informers.SharedInformerFactory
+	podFactory  informers.SharedInformerFactory
+	// sharedInformers is set when the factories are Options.Informers, someone else's.
+	sharedInformers bool
+	nodeInformer    cache.SharedIndexInformer
+	podInformer     cache.SharedIndexInformer
 
 	registrar *registrar
 	heartbeat *heartbeater
@@ -155,7 +163,7 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 	}
 	f.metrics.nodes.WithLabelValues("configured").Add(float64(len(names)))
 
-	f.buildInformers()
+	f.buildInformers(opts.Informers)
 	f.buildLoops()
 	f.pods.pullFailures = pullFailures
 	if err := f.addHandlers(); err != nil {
@@ -164,10 +172,17 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-// buildInformers sets up the fleet's only two watches. One node watches with field
-// selectors, as a kubelet does; a fleet watches every node and every bound pod and filters
-// by name, because field selectors cannot say "one of these 5,000 names".
-func (f *Fleet) buildInformers() {
+// buildInformers sets up the fleet's only two watches, or takes them from shared. One node
+// watches with field selectors, as a kubelet does; a fleet watches every node and every
+// bound pod and filters by name, because field selectors cannot say "one of these 5,000
+// names". The filtering is also what lets a fleet read shared caches of every Node and Pod.
+func (f *Fleet) buildInformers(shared informers.SharedInformerFactory) {
+	if shared != nil {
+		f.nodeFactory, f.podFactory, f.sharedInformers = shared, shared, true
+		f.nodeInformer = shared.Core().V1().Nodes().Informer()
+		f.podInformer = shared.Core().V1().Pods().Informer()
+		return
+	}
 	nodeSelector, podSelector := fields.Everything(), fields.OneTermNotEqualSelector("spec.nodeName", "")
 	if f.cfg.NodeName != "" {
 		nodeSelector = fields.OneTermEqualSelector("metadata.name", f.cfg.NodeName)
@@ -404,8 +419,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 	f.heartbeat.queue.ShutDown()
 	f.pods.queue.ShutDown()
 	wg.Wait()
-	f.nodeFactory.Shutdown()
-	f.podFactory.Shutdown()
+	if !f.sharedInformers {
+		f.nodeFactory.Shutdown()
+		f.podFactory.Shutdown()
+	}
 	if broadcaster != nil {
 		broadcaster.Shutdown()
 	}

@@ -245,7 +245,8 @@ func (cp *ControlPlane) startComponents(ctx context.Context, cfg Config, log *sl
 	}
 	stub := *cfg.KubeletStub
 	reg := prometheus.NewRegistry()
-	fleet, err := kubeletstub.New(stub, kubeletstub.Options{RestConfig: cp.ConfigFor(credentials.StubIdentity(stub).Name), Logger: log, Registerer: reg})
+	fleet, err := kubeletstub.New(stub, kubeletstub.Options{RestConfig: cp.ConfigFor(credentials.StubIdentity(stub).Name), Logger: log, Registerer: reg,
+		Informers: shared})
 	if err != nil {
 		return err
 	}
@@ -259,12 +260,13 @@ func (cp *ControlPlane) startComponents(ctx context.Context, cfg Config, log *sl
 	return waitUntil(ctx, registrationTimeout, fleet.Ready, "stub nodes to register")
 }
 
-// sharedInformers returns the informer factory the controller-manager and the scheduler
-// share, or nil when they do not both run or either elects a leader (each term of a leader
-// starts from a fresh factory of its own). Sharing keeps one cache of every Pod and Node in
-// the process instead of one per component, which is what a cache costs: at 5,000 nodes the
-// scheduler's copy was an eighth of the heap (docs/performance.md). The factory lists and
-// watches as the controller-manager, which may read everything the scheduler reads.
+// sharedInformers returns the informer factory the controller-manager, the scheduler and the
+// stub fleet share, or nil when the first two do not both run or either elects a leader
+// (each term of a leader starts from a fresh factory of its own). Sharing keeps one cache of
+// every Pod and Node in the process instead of one per component, which is what a cache
+// costs: at 5,000 nodes the scheduler's copy was an eighth of the heap (docs/performance.md).
+// The factory lists and watches as the controller-manager, which may read everything the
+// scheduler and the fleet read; each still writes as itself.
 func (cp *ControlPlane) sharedInformers(ctx context.Context, cfg Config) (informers.SharedInformerFactory, error) {
 	cm, sc := cfg.ControllerManager, cfg.Scheduler
 	if cm == nil || sc == nil || cm.LeaderElection.LeaderElect || sc.LeaderElection.LeaderElect {

@@ -29,19 +29,28 @@ func registeredWatchers(t *testing.T, cp *ControlPlane) int {
 	return n
 }
 
-// TestComponentsShareInformers: without leader election the controller-manager and the
-// scheduler read Pods and Nodes from one shared cache, so the process opens two watches
-// fewer than when the scheduler keeps its own (with leader election, each term's fresh
-// factory). That the shared caches serve both is what every end-to-end test through
-// testenv exercises.
+// TestComponentsShareInformers: without leader election the controller-manager, the
+// scheduler and the stub fleet read Pods and Nodes from one shared cache, so the process
+// opens two watches fewer per component that would otherwise keep its own (with leader
+// election, each term's fresh factory; the fleet then has its own too). That the shared
+// caches serve them all is what every end-to-end test through testenv exercises.
 func TestComponentsShareInformers(t *testing.T) {
-	watchers := func(schedulerElects bool) int {
+	watchers := func(t *testing.T, schedulerElects, fleet bool) int {
 		cm, sched := configs.DefaultControllerManager(), configs.DefaultScheduler()
 		sched.LeaderElection.LeaderElect = schedulerElects
 		cm.HealthListen, sched.HealthListen = "", "" // as up runs them
-		cp := start(t, Config{DataDir: t.TempDir(), APIServer: apiConfig(t.TempDir()), ControllerManager: &cm, Scheduler: &sched})
+		cfg := Config{DataDir: t.TempDir(), APIServer: apiConfig(t.TempDir()), ControllerManager: &cm, Scheduler: &sched}
+		if fleet {
+			stub := configs.DefaultKubeletStub()
+			stub.Nodes = 2
+			cfg.KubeletStub = &stub
+		}
+		cp := start(t, cfg)
 		if shared := cp.informers != nil; shared == schedulerElects {
 			t.Fatalf("scheduler electing %v: informers shared %v", schedulerElects, shared)
+		}
+		if fleet && !cp.Fleet.Ready() {
+			t.Fatal("Start returned before the stub nodes registered")
 		}
 		// The count settles once every informer (and the garbage collector's metadata
 		// informers) watches; wait for it to hold still.
@@ -64,8 +73,19 @@ func TestComponentsShareInformers(t *testing.T) {
 		t.Fatalf("watcher count did not settle (last %d)", last)
 		return 0
 	}
-	separate, shared := watchers(true), watchers(false)
-	if separate-shared != 2 {
-		t.Errorf("watches: %d with shared informers, %d with the scheduler's own; want 2 fewer (pods, nodes)", shared, separate)
+	for _, tc := range []struct {
+		name  string
+		fleet bool
+		fewer int // watches saved by sharing: pods and nodes, per component sharing them
+	}{
+		{name: "controller-manager and scheduler", fewer: 2},
+		{name: "with a stub fleet", fleet: true, fewer: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			separate, shared := watchers(t, true, tc.fleet), watchers(t, false, tc.fleet)
+			if separate-shared != tc.fewer {
+				t.Errorf("watches: %d with shared informers, %d with the scheduler's own; want %d fewer", shared, separate, tc.fewer)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -42,6 +43,7 @@ var (
 	flagBinary    = flag.String("bench.binary", "", "miniplane binary of BenchmarkProcessRollout; empty builds ./cmd/miniplane into a temporary directory")
 	flagUpArgs    = flag.String("bench.up-args", "", "extra arguments of `miniplane up` in BenchmarkProcessRollout (space-separated)")
 	flagFleetArgs = flag.String("bench.fleet-args", "", "extra arguments of `miniplane kubeletstub` in BenchmarkProcessRollout (space-separated)")
+	flagInProcess = flag.Bool("bench.in-process", false, "run the stub fleet inside `miniplane up --nodes N` (one process, as the README's command does) instead of as a `miniplane kubeletstub` process of its own")
 	// The API server's CPU profile cannot be stopped early (net/http/pprof profiles for a
 	// number of seconds), so BenchmarkProcessRollout takes it over a fixed window.
 	flagCPUWindow = flag.Duration("bench.cpuprofile-window", 30*time.Second, "how long BenchmarkProcessRollout profiles `miniplane up` from the DaemonSet's creation when -bench.cpuprofile is set")
@@ -93,7 +95,9 @@ func BenchmarkProcessRollout(b *testing.B) {
 			b.ReportMetric(last.ready.Seconds(), "s-ready")
 			b.ReportMetric(last.rollingUpdate.Seconds(), "s-rolling")
 			b.ReportMetric(float64(last.up.peakRSS)/(1<<20), "up-peak-MiB")
-			b.ReportMetric(float64(last.fleet.peakRSS)/1024/float64(n), "fleet-peak-KiB/node")
+			if last.fleet.peakRSS > 0 {
+				b.ReportMetric(float64(last.fleet.peakRSS)/1024/float64(n), "fleet-peak-KiB/node")
+			}
 			b.ReportMetric(last.etcdWrites, "etcd-puts/s")
 			results = append(results, last)
 		})
@@ -120,34 +124,30 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	dir := b.TempDir()
 	res.etcdWrites = measureEtcdFloor(b, filepath.Join(dir, "etcd-floor"))
 
-	// The fleet gets its own identity, as in production: a token made before `up` starts
-	// is kept by it.
-	stub := configs.DefaultKubeletStub()
-	stub.Nodes = n
-	identity := testenv.StubIdentity(stub)
 	upDir := filepath.Join(dir, "up")
 	if err := os.MkdirAll(upDir, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	tokens, err := testenv.EnsureTokens(filepath.Join(upDir, "tokens.csv"), []auth.User{identity})
-	if err != nil {
-		b.Fatal(err)
+	upNodes := strconv.Itoa(n)
+	var fleetIdentity fleetIdentity
+	if !*flagInProcess {
+		upNodes, fleetIdentity = "0", newFleetIdentity(b, upDir, n)
 	}
 	addr := freeAddr(b)
-	upArgs := append([]string{"up", "--nodes", "0", "--data-dir", upDir, "--listen", addr}, strings.Fields(*flagUpArgs)...)
+	upArgs := append([]string{"up", "--nodes", upNodes, "--data-dir", upDir, "--listen", addr}, strings.Fields(*flagUpArgs)...)
+	started := time.Now()
 	up := startProcess(b, bin, filepath.Join(dir, "up.log"), upArgs...)
 	rc := waitUp(b, filepath.Join(upDir, "kubeconfig"), up)
 	c := kubernetes.NewForConfigOrDie(rc)
 
-	fleetConfig := filepath.Join(dir, "fleet.kubeconfig")
-	if err := pki.WriteKubeconfig(fleetConfig, rc.Host, rc.CAData, identity.Name, tokens[identity.Name]); err != nil {
-		b.Fatal(err)
+	// In one process the nodes count from up's start (it serves once they have registered);
+	// otherwise from the fleet's.
+	var fleet *process
+	if !*flagInProcess {
+		started = time.Now()
+		fleet = fleetIdentity.start(b, bin, dir, rc, n)
 	}
-	started := time.Now()
-	fleetArgs := append([]string{"kubeletstub", "--kubeconfig", fleetConfig, "--nodes", strconv.Itoa(n), "--node-prefix", stub.NodePrefix},
-		strings.Fields(*flagFleetArgs)...)
-	fleet := startProcess(b, bin, filepath.Join(dir, "fleet.log"), fleetArgs...)
-	waitNodesReady(b, c, n, fleet)
+	waitNodesReady(b, c, n, cmp.Or(fleet, up))
 	res.registered = time.Since(started)
 
 	ctx := context.Background()
@@ -155,7 +155,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	defer stopWatch()
 	ds := newDaemonSet("bench")
 	b.StartTimer()
-	up0, fleet0 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	up0, fleet0 := up.cpu(b), fleet.cpu(b)
 	profiled := startRemoteCPUProfile(b, c, n)
 	defer profiled()
 	created := time.Now()
@@ -167,7 +167,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 			return s.NumberReady == int32(n) && s.DesiredNumberScheduled == int32(n)
 		})
 	res.ready = time.Since(created)
-	up1, fleet1 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	up1, fleet1 := up.cpu(b), fleet.cpu(b)
 	if *flagMemProfile != "" {
 		// What is live at the busiest moment, when the resident set peaks, rather than what
 		// stays once the work is done; taken after the CPU reading, so it is not counted.
@@ -189,22 +189,59 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 		})
 	res.rollingUpdate = time.Since(updated)
 	b.StopTimer()
-	up2, fleet2 := childCPU(b, up.Process.Pid), childCPU(b, fleet.Process.Pid)
+	up2, fleet2 := up.cpu(b), fleet.cpu(b)
 	res.up.rollingCPU, res.fleet.rollingCPU = up2-up1, fleet2-fleet1
 	time.Sleep(settleFor)
 	if *flagMemProfile != "" {
 		writeRemoteHeapProfile(b, c, strconv.Itoa(n))
 	}
 	for _, p := range []struct {
-		pid int
-		st  *procStats
-	}{{up.Process.Pid, &res.up}, {fleet.Process.Pid, &res.fleet}} {
-		p.st.peakRSS = procStatus(b, p.pid, "VmHWM")
-		p.st.cpu = childCPU(b, p.pid)
+		proc *process
+		st   *procStats
+	}{{up, &res.up}, {fleet, &res.fleet}} {
+		if p.proc != nil {
+			p.st.peakRSS = procStatus(b, p.proc.Process.Pid, "VmHWM")
+			p.st.cpu = p.proc.cpu(b)
+		}
 	}
 	res.notReady = countEvents(b, c, "NodeNotReady")
 	res.loadEnd = loadAverage()
 	return res
+}
+
+// fleetIdentity is the credential of a stub fleet in a process of its own.
+type fleetIdentity struct {
+	user  auth.User
+	token string
+	stub  configs.KubeletStub
+}
+
+// newFleetIdentity gives a fleet of n nodes its own identity, as in production: a token in
+// the token file of the `miniplane up` whose data directory is upDir, made before up starts
+// (up keeps the tokens it finds).
+func newFleetIdentity(b *testing.B, upDir string, n int) fleetIdentity {
+	b.Helper()
+	stub := configs.DefaultKubeletStub()
+	stub.Nodes = n
+	user := testenv.StubIdentity(stub)
+	tokens, err := testenv.EnsureTokens(filepath.Join(upDir, "tokens.csv"), []auth.User{user})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return fleetIdentity{user: user, token: tokens[user.Name], stub: stub}
+}
+
+// start starts `miniplane kubeletstub --nodes n` with the identity against the server rc
+// names.
+func (id fleetIdentity) start(b *testing.B, bin, dir string, rc *rest.Config, n int) *process {
+	b.Helper()
+	fleetConfig := filepath.Join(dir, "fleet.kubeconfig")
+	if err := pki.WriteKubeconfig(fleetConfig, rc.Host, rc.CAData, id.user.Name, id.token); err != nil {
+		b.Fatal(err)
+	}
+	fleetArgs := append([]string{"kubeletstub", "--kubeconfig", fleetConfig, "--nodes", strconv.Itoa(n), "--node-prefix", id.stub.NodePrefix},
+		strings.Fields(*flagFleetArgs)...)
+	return startProcess(b, bin, filepath.Join(dir, "fleet.log"), fleetArgs...)
 }
 
 // countEvents counts the occurrences of Events of reason in every namespace.
@@ -263,6 +300,15 @@ func startProcess(b *testing.B, bin, logPath string, args ...string) *process {
 type process struct {
 	*exec.Cmd
 	exited <-chan struct{} // closed once it has exited and been waited for
+}
+
+// cpu is the process's CPU time so far; none for a process that was not started.
+func (p *process) cpu(b *testing.B) time.Duration {
+	b.Helper()
+	if p == nil {
+		return 0
+	}
+	return childCPU(b, p.Process.Pid)
 }
 
 // failIfExited ends the benchmark when the process has exited, with how it did: a
@@ -419,17 +465,28 @@ func printProcessTable(w io.Writer, results []processResult) {
 	if len(results) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nDaemonSet rollout, `miniplane up --nodes 0` + `miniplane kubeletstub --nodes N` (etcd fsync on) %s\n", *flagUpArgs)
+	processes := "`miniplane up --nodes 0` + `miniplane kubeletstub --nodes N`"
+	if *flagInProcess {
+		processes = "`miniplane up --nodes N`, one process (registered: from up's start)"
+	}
+	fmt.Fprintf(w, "\nDaemonSet rollout, %s (etcd fsync on) %s\n", processes, *flagUpArgs)
 	fmt.Fprintf(w, "%7s %12s %11s %12s %9s %9s %11s %11s %10s %10s %11s %10s %10s %13s %9s %9s\n",
 		"nodes", "etcd puts/s", "registered", "all created", "pods/s", "ready", "rolling 10%",
 		"up peak MiB", "up cpu-s", "(ready/rol)", "fleet MiB", "KiB/node", "fleet cpu-s", "(ready/rol)", "NotReady", "load")
 	for _, r := range results {
-		fmt.Fprintf(w, "%7d %12.0f %11s %12s %9.0f %9s %11s %11.0f %10.1f %10s %11.0f %10.1f %10.1f %13s %9d %9s\n",
+		// In one process there is no fleet of its own to report.
+		fleetMiB, fleetPerNode, fleetCPU, fleetPhases := "-", "-", "-", "-"
+		if r.fleet.peakRSS > 0 {
+			fleetMiB = fmt.Sprintf("%.0f", float64(r.fleet.peakRSS)/(1<<20))
+			fleetPerNode = fmt.Sprintf("%.1f", float64(r.fleet.peakRSS)/1024/float64(r.nodes))
+			fleetCPU = fmt.Sprintf("%.1f", r.fleet.cpu.Seconds())
+			fleetPhases = fmt.Sprintf("%.1f/%.1f", r.fleet.readyCPU.Seconds(), r.fleet.rollingCPU.Seconds())
+		}
+		fmt.Fprintf(w, "%7d %12.0f %11s %12s %9.0f %9s %11s %11.0f %10.1f %10s %11s %10s %10s %13s %9d %9s\n",
 			r.nodes, r.etcdWrites, fmtDur(r.registered), fmtDur(r.allCreated), float64(r.nodes)/r.allCreated.Seconds(),
 			fmtDur(r.ready), fmtDur(r.rollingUpdate),
 			float64(r.up.peakRSS)/(1<<20), r.up.cpu.Seconds(), fmt.Sprintf("%.1f/%.1f", r.up.readyCPU.Seconds(), r.up.rollingCPU.Seconds()),
-			float64(r.fleet.peakRSS)/(1<<20), float64(r.fleet.peakRSS)/1024/float64(r.nodes), r.fleet.cpu.Seconds(),
-			fmt.Sprintf("%.1f/%.1f", r.fleet.readyCPU.Seconds(), r.fleet.rollingCPU.Seconds()), r.notReady,
+			fleetMiB, fleetPerNode, fleetCPU, fleetPhases, r.notReady,
 			fmt.Sprintf("%.1f→%.1f", r.loadStart, r.loadEnd))
 	}
 	fmt.Fprintln(w)
