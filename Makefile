@@ -18,7 +18,8 @@
 #                      `miniplane kubeletstub --nodes N` as two processes, a DaemonSet rolled
 #                      out and updated over N nodes, for each N of NODES_LIST (default
 #                      1000,5000); prints times, pods/s, peak RSS and CPU per process and the
-#                      raw etcd write rate. BENCH_ARGS adds flags (e.g. -bench.up-args=...)
+#                      raw etcd write rate. BENCH_ARGS adds flags (e.g. -bench.up-args=...;
+#                      -bench.in-process runs `miniplane up --nodes N` as one process)
 
 SHELL := /bin/bash
 GO ?= go

@@ -82,21 +82,23 @@ func (o *cachedObject) object() runtime.Object {
 	return obj
 }
 
-// compact drops the decoded object, keeping the protobuf encoding packed, when the kind has
-// one (custom resources have none and stay decoded).
-// Call it only for a version that is no longer current: reads of current objects are the
-// common case and must neither decode nor unpack. Compacting one version twice at once is
-// not allowed (the cache's lock serializes it).
-func (o *cachedObject) compact() {
-	if o.decoded.Load() == nil {
-		return
+// compact drops the decoded object, keeping only the protobuf encoding, when the kind has
+// one (custom resources have none and stay decoded); pack packs the encoding as well. A
+// version that is still current is compacted unpacked: reads of current objects (lists, an
+// update's base) then decode it but never unpack. Compacting one version twice at once is
+// not allowed (the cache's lock serializes it); once compacted, it may be compacted again
+// to pack it.
+func (o *cachedObject) compact(pack bool) {
+	if o.decoded.Load() != nil {
+		if data, err := o.protobuf(); err != nil || data == nil {
+			return
+		}
 	}
-	data, err := o.protobuf()
-	if err != nil || data == nil {
-		return
-	}
-	if packed := packProto(data); packed != nil {
-		o.proto.Store(packed)
+	// The encoding is set now: made above, or before an earlier compact dropped the object.
+	if e := o.proto.Load(); pack && e.raw != nil {
+		if packed := packProto(e.raw); packed != nil {
+			o.proto.Store(packed)
+		}
 	}
 	o.decoded.Store(nil)
 }
@@ -361,24 +363,25 @@ func (c *cacher) pushHistoryLocked(ev *cacheEvent) {
 	c.compactOldLocked()
 }
 
-// compactLag is how many changes a version stays decoded after the change that superseded
-// it: watchers that keep up read it decoded, and only a watch that replays older history
-// (or lags further behind) decodes it again.
+// compactLag is how many changes of a resource a version stays decoded after the change
+// that made it, or that superseded it: watchers that keep up read it decoded, and only a
+// watch that replays older history (or lags further behind) decodes it again. The current
+// version of an object that has not changed for that long is compacted too: in a fleet of
+// thousands most Nodes and Pods sit unchanged between bursts, and their decoded copies were
+// most of the cache (docs/watch-cache.md, "Memory").
 const compactLag = 500
 
-// compactOldLocked compacts the versions the change compactLag back in history replaced:
-// its previous state, and its own state once that is no longer current.
+// compactOldLocked compacts the versions of the change compactLag back in history: the
+// state it replaced, packed, and its own, packed once it is no longer current.
 func (c *cacher) compactOldLocked() {
 	if c.hLen <= compactLag {
 		return
 	}
 	ev := c.history[(c.hStart+c.hLen-1-compactLag)%len(c.history)]
 	if ev.prev != nil {
-		ev.prev.compact()
+		ev.prev.compact(true)
 	}
-	if c.objects[ev.cur.key] != ev.cur {
-		ev.cur.compact()
-	}
+	ev.cur.compact(c.objects[ev.cur.key] != ev.cur)
 }
 
 func (c *cacher) setRVLocked(rv int64) {

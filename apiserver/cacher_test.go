@@ -647,20 +647,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestCacherCompactsSupersededVersions: a version compactLag changes behind the newest
-// change keeps only its encoding, packed, once another version replaced it, while current objects
-// stay decoded; a watch replaying that history still gets every version as it was, decoded
-// and encoded alike, and the cache's reads are unchanged.
-func TestCacherCompactsSupersededVersions(t *testing.T) {
-	ct := newCacheTest(t, 3*compactLag)
+// TestCacherCompactsOldVersions: a version compactLag changes behind the newest change
+// keeps only its encoding: packed once another version replaced it, whole while it is
+// current (and packed once it is replaced later); newer versions stay decoded. A watch
+// replaying that history still gets every version as it was, decoded and encoded alike, and
+// the cache's reads are unchanged.
+func TestCacherCompactsOldVersions(t *testing.T) {
+	ct := newCacheTest(t, 4*compactLag)
 	rv := int64(cacheStartRV)
 	var events []store.Event
 	want := map[int64]*corev1.Pod{} // revision → the version written at it
+	// Packing keeps only what it makes smaller.
+	packable := func(p *corev1.Pod) *corev1.Pod {
+		p.Annotations = map[string]string{"note": strings.Repeat("repetitive enough to pack ", 8)}
+		return p
+	}
 	// "a" changes on every other revision; "b-i" are added and stay current.
 	for i := range compactLag + 50 {
 		rv++
-		p := testPod("a", fmt.Sprintf("n%d", i), web)
-		p.Annotations = map[string]string{"note": strings.Repeat("repetitive enough to pack ", 8)}
+		p := packable(testPod("a", fmt.Sprintf("n%d", i), web))
 		ev := modified(rv, p)
 		if i == 0 {
 			ev = added(rv, p)
@@ -668,32 +673,55 @@ func TestCacherCompactsSupersededVersions(t *testing.T) {
 		events = append(events, ev)
 		want[rv] = ev.Object.(*corev1.Pod)
 		rv++
-		events = append(events, added(rv, testPod(fmt.Sprintf("b-%d", i), "", db)))
+		events = append(events, added(rv, packable(testPod(fmt.Sprintf("b-%d", i), "", db))))
 	}
 	rv++
-	events = append(events, deleted(rv, testPod("a", "gone", web)))
+	events = append(events, deleted(rv, packable(testPod("a", "gone", web))))
 	ct.feed(events...)
 
+	// b-0 was compacted while current; replaced, and compactLag changes later, it is packed.
 	ct.c.mu.RLock()
-	var compacted, decodedOld int
+	b0 := ct.c.objects[ct.c.res.key("/registry", "default", "b-0")]
+	ct.c.mu.RUnlock()
+	if b0 == nil || b0.decoded.Load() != nil || b0.proto.Load().raw == nil {
+		t.Fatalf("b-0, current and %d changes old, is not compacted whole", 2*compactLag)
+	}
+	events = []store.Event{modified(rv+1, testPod("b-0", "n1", db))}
+	for i := range compactLag {
+		events = append(events, added(rv+2+int64(i), testPod(fmt.Sprintf("c-%d", i), "", web)))
+	}
+	ct.feed(events...)
+	if e := b0.proto.Load(); b0.decoded.Load() != nil || e.raw != nil || len(e.packed) == 0 {
+		t.Errorf("b-0's replaced version keeps %d whole bytes, %d packed", len(e.raw), len(e.packed))
+	}
+
+	ct.c.mu.RLock()
+	var packedOld, wholeCurrent, decodedOld int
 	for i := 0; i < ct.c.hLen; i++ {
 		ev := ct.c.history[(ct.c.hStart+i)%len(ct.c.history)]
 		current := ct.c.objects[ev.cur.key] == ev.cur
+		old := i < ct.c.hLen-compactLag
+		e := ev.cur.proto.Load()
 		switch {
-		case current && ev.cur.decoded.Load() == nil:
-			t.Errorf("current object %s@%d was compacted", ev.cur.key, ev.cur.rv)
-		case !current && ev.cur.decoded.Load() == nil:
-			compacted++
-			if e := ev.cur.proto.Load(); e.raw != nil || len(e.packed) == 0 {
+		case !old && ev.cur.decoded.Load() == nil:
+			t.Errorf("%s@%d, %d changes old, was compacted", ev.cur.key, ev.cur.rv, ct.c.hLen-1-i)
+		case old && ev.cur.decoded.Load() != nil:
+			decodedOld++
+		case old && current:
+			wholeCurrent++
+			if e.raw == nil {
+				t.Errorf("current %s@%d was packed", ev.cur.key, ev.cur.rv)
+			}
+		case old:
+			packedOld++
+			if e.raw != nil || len(e.packed) == 0 {
 				t.Errorf("compacted %s@%d keeps %d whole bytes, %d packed", ev.cur.key, ev.cur.rv, len(e.raw), len(e.packed))
 			}
-		case !current && i < ct.c.hLen-compactLag:
-			decodedOld++
 		}
 	}
 	ct.c.mu.RUnlock()
-	if compacted == 0 || decodedOld != 0 {
-		t.Errorf("%d superseded versions compacted, %d older than compactLag still decoded", compacted, decodedOld)
+	if packedOld == 0 || wholeCurrent == 0 || decodedOld != 0 {
+		t.Errorf("%d replaced versions packed, %d current ones compacted whole, %d older than compactLag still decoded", packedOld, wholeCurrent, decodedOld)
 	}
 
 	w, err := ct.c.watch(selector("", ""), watchStart{fromRV: cacheStartRV}, 10*compactLag)
@@ -726,8 +754,16 @@ func TestCacherCompactsSupersededVersions(t *testing.T) {
 	if seen != compactLag+50 {
 		t.Errorf("replayed %d versions of a, want %d", seen, compactLag+50)
 	}
-	if got, _ := ct.c.list(selector("app=db", "")); len(got) != compactLag+50 {
+	got, _ := ct.c.list(selector("app=db", ""))
+	if len(got) != compactLag+50 {
 		t.Errorf("list app=db: %d objects, want %d", len(got), compactLag+50)
+	}
+	for _, co := range got {
+		// Compacted or not, a current object reads as it was written.
+		p, ok := co.object().(*corev1.Pod)
+		if !ok || p.Name != co.name || p.Labels["app"] != "db" || p.ResourceVersion != strconv.FormatInt(co.rv, 10) || p.Kind != "Pod" {
+			t.Fatalf("listed %s@%d reads as %#v", co.key, co.rv, co.object())
+		}
 	}
 }
 

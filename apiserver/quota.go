@@ -274,10 +274,12 @@ func (t *quotaTracker) usage(q *corev1.ResourceQuota, hard corev1.ResourceList) 
 		}
 		items, _ := res.cache.list(&watchFilter{namespace: q.Namespace})
 		for _, it := range items {
-			if !quotaMatches(q, it.object()) {
+			// One decoding an object: a compacted one is decoded on every call.
+			obj := it.object()
+			if !quotaMatches(q, obj) {
 				continue
 			}
-			for name, u := range quotaUsage(res, it.object()) {
+			for name, u := range quotaUsage(res, obj) {
 				if cur, ok := used[name]; ok {
 					cur.Add(u)
 					used[name] = cur
