@@ -89,3 +89,22 @@ func BenchmarkUnpackProto(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCompactedObjectDecode: what a reader that needs the object (a JSON list, a get,
+// an update's base) pays for a current pod the cache has compacted whole.
+func BenchmarkCompactedObjectDecode(b *testing.B) {
+	var p corev1.Pod
+	if err := p.Unmarshal(daemonPodEncoding(b, 7)); err != nil {
+		b.Fatal(err)
+	}
+	co := newCachedObjectOf(builtinRegistry(b).lookup("", "v1", "pods"), &p)
+	co.compact(false)
+	if co.decoded.Load() != nil {
+		b.Fatal("not compacted")
+	}
+	for b.Loop() {
+		if got := co.object().(*corev1.Pod); got.Name != p.Name {
+			b.Fatalf("decoded %q, want %q", got.Name, p.Name)
+		}
+	}
+}

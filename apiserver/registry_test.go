@@ -20,7 +20,7 @@ import (
 )
 
 // builtinRegistry returns the registry every server starts with.
-func builtinRegistry(t *testing.T) *registry {
+func builtinRegistry(t testing.TB) *registry {
 	t.Helper()
 	reg, err := newBuiltinRegistry(builtinDeps{eventTTL: time.Hour})
 	if err != nil {
