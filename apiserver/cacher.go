@@ -29,8 +29,10 @@ import (
 //
 // A version that has been superseded (or deleted) for a while is only read by watches that
 // replay history, and most of those speak protobuf: compact then drops the decoded object,
-// three times the size of its encoding, and packs the encoding; object decodes it again
-// for the rare reader that needs it (docs/watch-cache.md, "Memory").
+// three times the size of its encoding, and packs the encoding. A current version that has
+// not changed for as long loses its decoded object too, keeping the encoding whole, since
+// the components list and watch in protobuf. object decodes either again for the reader
+// that needs it (docs/watch-cache.md, "Memory").
 type cachedObject struct {
 	key       string
 	namespace string
