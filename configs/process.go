@@ -7,23 +7,25 @@ import "k8s.io/apimachinery/pkg/api/resource"
 // flags; the component commands (apiserver, controller-manager, scheduler, kubeletstub,
 // etcd) from the environment and their flags.
 type Process struct {
-	// MemoryBudget is the heap the process may grow to before its garbage collector works
-	// harder: below it the collector runs lazily (heap up to 5× the live objects, which is
-	// fastest), above it the heap is held to twice the live objects, Go's default (see
-	// docs/performance.md). A Kubernetes quantity (512Mi, 2Gi); default 256Mi for every
-	// command; "0" keeps the lazy collector at any size. The GOGC and
-	// GOMEMLIMIT environment variables, when set, win over it. Flag --memory-budget, variable MINIPLANE_MEMORY_BUDGET.
-	MemoryBudget string `mapstructure:"memory-budget" flag:"memory-budget" help:"heap size above which the garbage collector keeps the heap at twice the live objects instead of five times (a quantity: 256Mi, 2Gi; 0: no limit)"`
+	// MemoryBudget is the memory the process's Go runtime may hold (heap, stacks,
+	// metadata) before its garbage collector works harder: below it the collector runs
+	// lazily (heap up to 5× the live objects, which is fastest), near it a memory limit of
+	// the budget holds the process to it, and once the live objects outgrow half of it the
+	// heap is held to twice the live objects, Go's default (see docs/performance.md). A
+	// Kubernetes quantity (512Mi, 2Gi); default 224Mi for every command; "0" keeps the lazy
+	// collector at any size. The GOGC and GOMEMLIMIT environment variables, when set, win
+	// over it. Flag --memory-budget, variable MINIPLANE_MEMORY_BUDGET.
+	MemoryBudget string `mapstructure:"memory-budget" flag:"memory-budget" help:"memory the Go runtime holds to before its garbage collector keeps the heap at twice the live objects instead of five times (a quantity: 224Mi, 2Gi; 0: no limit)"`
 }
 
 // DefaultMemoryBudget is the default MemoryBudget. It is small on purpose: a control plane
-// for a handful of nodes stays well below it and gets the fastest collector, and one for a
-// thousand nodes or more has a live heap above it, so its peak resident set stays near twice
-// what it really holds (the goals of issue 13: 300 MiB for 1,000 nodes, 1 GiB for 5,000).
-// Raise it to buy speed with memory. A stub fleet has it too: with its heartbeat workers
-// sized to the fleet, a 10,000-node fleet kept every Lease on time at this budget, in
-// 37 KiB a node instead of 84 without it (docs/performance.md).
-const DefaultMemoryBudget = "256Mi"
+// for a handful of nodes stays well below it and gets the fastest collector; one for a
+// thousand nodes is held to it (1,000 nodes: a peak resident set of 292 MiB, the goal of
+// issue 13 being 300); a larger one has a live heap above half of it, and its peak resident
+// set stays near twice what it really holds. Raise it to buy speed with memory. A stub
+// fleet has it too: with its heartbeat workers sized to the fleet, a 10,000-node fleet kept
+// every Lease on time at a budget of this size (docs/performance.md).
+const DefaultMemoryBudget = "224Mi"
 
 // DefaultProcess returns the defaults.
 func DefaultProcess() Process { return Process{MemoryBudget: DefaultMemoryBudget} }

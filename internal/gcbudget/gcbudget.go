@@ -3,6 +3,7 @@ package gcbudget
 import (
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -19,13 +20,21 @@ const (
 	// MinPercent is the GOGC once the live heap has outgrown the budget: Go's default, so
 	// that a budget never costs more CPU than an untuned program spends.
 	MinPercent = 100
+	// NoLimit is the memory limit of a process without one (Go's default).
+	NoLimit = math.MaxInt64
 	// Interval is how often the live heap is read. A rollout doubles the heap within
 	// seconds, not within a quarter of one.
 	Interval = 250 * time.Millisecond
 )
 
-// liveHeapMetric is the heap the last collection found reachable.
-const liveHeapMetric = "/gc/heap/live:bytes"
+// Setting is what the collector is set to.
+type Setting struct {
+	// Percent is GOGC.
+	Percent int
+	// Limit is the runtime's soft memory limit in bytes (debug.SetMemoryLimit), NoLimit
+	// for none.
+	Limit int64
+}
 
 // Percent is the GOGC that lets a heap of live bytes grow to at most budget, within
 // [MinPercent, MaxPercent]. The collector's heap goal is live × (1 + GOGC/100).
@@ -40,6 +49,28 @@ func Percent(live, budget uint64) int {
 	return int(min(max(p, MinPercent), MaxPercent))
 }
 
+// Tune is the setting for a process whose last collection found live bytes of heap, whose
+// runtime holds other bytes besides the heap (goroutine stacks, metadata), and whose budget
+// is budget bytes (0: none). The heap gets what the rest leaves of the budget. While that
+// share holds more than twice the live heap, the limit is the budget: it makes the
+// collector count fragmentation and the rest too, and return freed pages to the system
+// rather than keep them, so the process's memory stays within the budget. Beyond that the
+// limit would make the collector run more often than at Go's default, so there is none.
+func Tune(live, other, budget uint64) Setting {
+	if budget == 0 {
+		return Setting{Percent: MaxPercent, Limit: NoLimit}
+	}
+	var heap uint64
+	if other < budget {
+		heap = budget - other
+	}
+	p := Percent(live, heap)
+	if heap == 0 || (live > 0 && p == MinPercent) {
+		return Setting{Percent: MinPercent, Limit: NoLimit}
+	}
+	return Setting{Percent: p, Limit: int64(min(budget, math.MaxInt64))}
+}
+
 // EnvOverrides reports whether the environment sets the collector (GOGC or GOMEMLIMIT),
 // which then wins over any budget.
 func EnvOverrides() bool {
@@ -52,38 +83,40 @@ func EnvOverrides() bool {
 type Options struct {
 	// Clock paces the readings; nil means the real clock.
 	Clock clock.WithTicker
-	// LiveHeap reads the live heap in bytes; nil reads the runtime's metric.
-	LiveHeap func() uint64
-	// SetPercent sets GOGC; nil means debug.SetGCPercent.
-	SetPercent func(int)
-	// Logger receives a debug line when the percent changes; nil means slog.Default().
+	// Read returns the live heap and the runtime's other memory in bytes; nil reads the
+	// runtime's metrics.
+	Read func() (live, other uint64)
+	// Set applies a setting; nil sets GOGC and the memory limit of this process.
+	Set func(Setting)
+	// Logger receives a debug line when the setting changes; nil means slog.Default().
 	Logger *slog.Logger
 }
 
-// Run keeps GOGC at Percent(live heap, budget) until ctx ends. A budget of 0 sets
-// MaxPercent once and returns.
+// Run keeps the collector at Tune(live heap, other memory, budget) until ctx ends. A budget
+// of 0 sets MaxPercent once and returns.
 func Run(ctx context.Context, budget uint64, opts Options) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.LiveHeap == nil {
-		opts.LiveHeap = readLiveHeap
+	if opts.Read == nil {
+		opts.Read = readMemory
 	}
-	if opts.SetPercent == nil {
-		opts.SetPercent = func(p int) { debug.SetGCPercent(p) }
+	if opts.Set == nil {
+		opts.Set = apply
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	current := -1
-	set := func(p int) {
-		if p != current {
-			opts.SetPercent(p)
-			opts.Logger.Debug("garbage collector tuned", "gcPercent", p, "budgetBytes", budget)
-			current = p
+	current := Setting{Percent: -1}
+	tune := func() {
+		live, other := opts.Read()
+		if s := Tune(live, other, budget); s != current {
+			opts.Set(s)
+			opts.Logger.Debug("garbage collector tuned", "gcPercent", s.Percent, "limitBytes", s.Limit, "budgetBytes", budget)
+			current = s
 		}
 	}
-	set(Percent(opts.LiveHeap(), budget))
+	tune()
 	if budget == 0 {
 		return
 	}
@@ -94,16 +127,43 @@ func Run(ctx context.Context, budget uint64, opts Options) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
-			set(Percent(opts.LiveHeap(), budget))
+			tune()
 		}
 	}
 }
 
-func readLiveHeap() uint64 {
-	s := []metrics.Sample{{Name: liveHeapMetric}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+func apply(s Setting) {
+	debug.SetGCPercent(s.Percent)
+	debug.SetMemoryLimit(s.Limit)
+}
+
+// The runtime's memory as the memory limit counts it is everything mapped (total) but the
+// heap pages already returned to the system; of that, the heap is its objects, the unused
+// parts of its spans and its free pages not yet returned.
+var memoryMetrics = []string{
+	"/gc/heap/live:bytes", // what the last collection found reachable
+	"/memory/classes/total:bytes",
+	"/memory/classes/heap/released:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
+}
+
+func readMemory() (live, other uint64) {
+	s := make([]metrics.Sample, len(memoryMetrics))
+	for i, name := range memoryMetrics {
+		s[i].Name = name
 	}
-	return s[0].Value.Uint64()
+	metrics.Read(s)
+	v := make([]uint64, len(s))
+	for i := range s {
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			v[i] = s[i].Value.Uint64()
+		}
+	}
+	heap := v[2] + v[3] + v[4] + v[5]
+	if v[1] > heap {
+		other = v[1] - heap
+	}
+	return v[0], other
 }
