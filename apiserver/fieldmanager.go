@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/kube-openapi/pkg/validation/spec"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
@@ -70,7 +69,11 @@ func (f *fieldManagers) getWithConverter(res *resource, subresource string) (*ma
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.built || f.revision != rev {
-		schemas, err := f.docs.schemas()
+		_, _, lazy, err := f.docs.current()
+		if err != nil {
+			return nil, nil, err
+		}
+		schemas, _, err := lazy.Get()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -262,25 +265,6 @@ func resetFields(res *resource, subresource string) map[fieldpath.APIVersion]fie
 	return map[fieldpath.APIVersion]fieldpath.Filter{
 		fieldpath.APIVersion(res.apiVersion()): fieldpath.NewExcludeSetFilter(fieldpath.NewSet(fieldpath.MakePathOrDie(reset))),
 	}
-}
-
-// schemas returns every component schema of the v3 documents, by definition name.
-func (d *openAPIDocs) schemas() (map[string]*spec.Schema, error) {
-	if err := d.sync(); err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := map[string]*spec.Schema{}
-	for _, doc := range d.v3Docs {
-		if doc.Components == nil {
-			continue
-		}
-		for name, s := range doc.Components.Schemas {
-			out[name] = s
-		}
-	}
-	return out, nil
 }
 
 // trackWrite records manager as the writer of obj (new state) over live (old state; a

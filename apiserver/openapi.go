@@ -3,6 +3,8 @@ package apiserver
 import (
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -10,12 +12,15 @@ import (
 	"github.com/gorilla/mux"
 	crdbuilder "k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	endpointsopenapi "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/kube-openapi/pkg/builder"
 	"k8s.io/kube-openapi/pkg/builder3"
+	"k8s.io/kube-openapi/pkg/cached"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/handler"
 	"k8s.io/kube-openapi/pkg/handler3"
 	"k8s.io/kube-openapi/pkg/spec3"
+	"k8s.io/kube-openapi/pkg/util"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/miniplane/miniplane/apiserver/internal/openapidefs"
@@ -32,9 +37,13 @@ import (
 // fieldValidation query parameter, so every PATCH operation lists it; `kubectl explain`
 // reads the schemas; kubectl apply computes strategic merge patches from them.
 
-// openAPIDocs holds the documents of one registry revision. They are built on the first
-// request after the registry changed (custom resources register kinds at run time) and
-// served from kube-openapi's handlers, which encode each document once.
+// openAPIDocs serves the documents of the registry's current revision. Each document is
+// built on its first request after the registry changed (custom resources register kinds at
+// run time) and kept, as kube-apiserver builds its v3 documents: the v2 document and the v3
+// documents of every group version hold about 10 MB that most clients (controllers,
+// client-go) never ask for. kube-openapi's handlers serve them, with their ETags, gzip and
+// the v3 hash redirects clients cache by. The field managers read the schemas of the same
+// revision without the documents (schemas).
 type openAPIDocs struct {
 	reg *registry
 
@@ -47,9 +56,10 @@ type openAPIDocs struct {
 	v3Serve  http.Handler
 	v3Root   http.Handler
 	v3Paths  map[string]bool // group-version paths below /openapi/v3/ (api/v1, apis/apps/v1)
-	// The documents last built, as the handlers serve them.
-	v2Spec *spec.Swagger
-	v3Docs map[string]*spec3.OpenAPI
+	// The documents of the revision, each built once on its first use.
+	v2Spec  cached.Value[*spec.Swagger]
+	v3Docs  map[string]cached.Value[*spec3.OpenAPI]
+	schemas cached.Value[map[string]*spec.Schema]
 }
 
 func newOpenAPIDocs(reg *registry) *openAPIDocs {
@@ -62,30 +72,45 @@ type pathHandler map[string]http.Handler
 func (p pathHandler) Handle(path string, h http.Handler)       { p[path] = h }
 func (p pathHandler) HandlePrefix(path string, h http.Handler) { p[path] = h }
 
-// sync rebuilds the documents if the registry changed since they were built.
+// sync plans the documents again if the registry changed since they were planned. Planning
+// is cheap (the routes of every resource); the documents are built when first served.
 func (d *openAPIDocs) sync() error {
-	// The revision is read before the resources, so a registration racing with the build
-	// leaves a newer revision behind and the next request builds again.
+	// The revision is read before the resources, so a registration racing with the plan
+	// leaves a newer revision behind and the next request plans again.
 	rev := d.reg.currentRevision()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.built && d.revision == rev {
 		return nil
 	}
-	v2, v3, err := buildOpenAPI(d.reg.resources())
+	p, err := planOpenAPI(d.reg.resources())
 	if err != nil {
 		return err
 	}
+	// The tag names what a lazy value holds; the handlers compute their ETags from the
+	// encoded documents.
+	tag := strconv.FormatUint(rev, 10)
+	v2 := cached.Once(cached.Func(func() (*spec.Swagger, string, error) {
+		doc, err := p.v2()
+		return doc, tag, err
+	}))
 	if d.v2 == nil {
-		d.v2 = handler.NewOpenAPIService(v2)
+		d.v2 = handler.NewOpenAPIServiceLazy(v2)
 		h := pathHandler{}
 		d.v2.RegisterOpenAPIVersionedService("/openapi/v2", h)
 		d.v2Serve = h["/openapi/v2"]
 		d.v3 = handler3.NewOpenAPIService()
 		d.v3Root = gziphandler.GzipHandler(http.HandlerFunc(d.v3.HandleDiscovery))
 		d.v3Serve = gziphandler.GzipHandler(http.HandlerFunc(d.v3.HandleGroupVersion))
-	} else if err := d.v2.UpdateSpec(v2); err != nil {
-		return err
+	} else {
+		d.v2.UpdateSpecLazy(v2)
+	}
+	v3 := make(map[string]cached.Value[*spec3.OpenAPI], len(p.v3Paths))
+	for _, path := range p.v3Paths {
+		v3[path] = cached.Once(cached.Func(func() (*spec3.OpenAPI, string, error) {
+			doc, err := p.v3(path)
+			return doc, tag, err
+		}))
 	}
 	for path := range d.v3Paths {
 		if _, ok := v3[path]; !ok {
@@ -94,12 +119,26 @@ func (d *openAPIDocs) sync() error {
 	}
 	d.v3Paths = make(map[string]bool, len(v3))
 	for path, doc := range v3 {
-		d.v3.UpdateGroupVersion(path, doc)
+		d.v3.UpdateGroupVersionLazy(path, doc)
 		d.v3Paths[path] = true
 	}
 	d.v2Spec, d.v3Docs = v2, v3
+	d.schemas = cached.Once(cached.Func(func() (map[string]*spec.Schema, string, error) {
+		s, err := p.schemas()
+		return s, tag, err
+	}))
 	d.built, d.revision = true, rev
 	return nil
+}
+
+// current returns the lazy documents and schemas of the registry's current revision.
+func (d *openAPIDocs) current() (cached.Value[*spec.Swagger], map[string]cached.Value[*spec3.OpenAPI], cached.Value[map[string]*spec.Schema], error) {
+	if err := d.sync(); err != nil {
+		return nil, nil, nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.v2Spec, d.v3Docs, d.schemas, nil
 }
 
 // v3Served reports whether path (api/v1, apis/apps/v1) has a v3 document.
@@ -138,14 +177,30 @@ func (s *Server) serveOpenAPIGroupVersion(w http.ResponseWriter, r *http.Request
 	s.openapi.v3Serve.ServeHTTP(w, r)
 }
 
-// buildOpenAPI builds the v2 document and the v3 document of every group version (keyed
-// by its path below /openapi/v3/) of resources and the review APIs.
-func buildOpenAPI(all []*resource) (*spec.Swagger, map[string]*spec3.OpenAPI, error) {
-	// Custom resources are described from their definitions' schemas, below.
-	var resources, custom []*resource
+// openAPIPlan is what the documents of one registry snapshot are built from: the routes of
+// every served group version and the generated definitions.
+type openAPIPlan struct {
+	custom     []*resource
+	containers map[string]*apiRoutes // by v3 path
+	// v3Paths are every group version's path below /openapi/v3/, custom ones included.
+	v3Paths []string
+	namer   *endpointsopenapi.DefinitionNamer
+	info    *spec.Info
+	// v3Definitions are the generated definitions with v3 references, shared by every
+	// group version's build.
+	v3Definitions map[string]common.OpenAPIDefinition
+}
+
+// planOpenAPI plans the v2 document and the v3 document of every group version of
+// resources and the review APIs. A kind without generated definitions fails here rather
+// than when a document is first asked for.
+func planOpenAPI(all []*resource) (*openAPIPlan, error) {
+	// Custom resources are described from their definitions' schemas (customV2, customV3).
+	p := &openAPIPlan{containers: map[string]*apiRoutes{}}
+	var resources []*resource
 	for _, r := range all {
 		if r.custom != nil {
-			custom = append(custom, r)
+			p.custom = append(p.custom, r)
 		} else {
 			resources = append(resources, r)
 		}
@@ -155,19 +210,50 @@ func buildOpenAPI(all []*resource) (*spec.Swagger, map[string]*spec3.OpenAPI, er
 	b := newRouteBuilder(resources, plain)
 	containers, err := b.build()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	namer := b.definitionNamer()
-	info := &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: kubernetesVersion}}
+	p.namer = b.definitionNamer()
+	for _, m := range b.models {
+		if name := util.GetCanonicalTypeName(m.obj); !hasDefinition(plain, name) {
+			defName, _ := p.namer.GetDefinitionName(name)
+			return nil, fmt.Errorf("apiserver: OpenAPI for %s: no generated definition for %s", m.gvk, defName)
+		}
+	}
+	p.info = &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: kubernetesVersion}}
+	p.v3Definitions = openapidefs.GetOpenAPIDefinitions(func(name string) spec.Ref {
+		defName, _ := p.namer.GetDefinitionName(name)
+		return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(defName))
+	})
+	for _, c := range containers {
+		path := openAPIV3Path(c.gv)
+		p.containers[path] = c
+		p.v3Paths = append(p.v3Paths, path)
+	}
+	for _, r := range p.custom {
+		if path := openAPIV3Path(schema.GroupVersion{Group: r.group, Version: r.version}); !slices.Contains(p.v3Paths, path) {
+			p.v3Paths = append(p.v3Paths, path)
+		}
+	}
+	return p, nil
+}
 
-	routeContainers := make([]common.RouteContainer, len(containers))
-	for i, c := range containers {
-		routeContainers[i] = c
+func hasDefinition(defs map[string]common.OpenAPIDefinition, name string) bool {
+	_, ok := defs[name]
+	return ok
+}
+
+// v2 builds the v2 document.
+func (p *openAPIPlan) v2() (*spec.Swagger, error) {
+	routeContainers := make([]common.RouteContainer, 0, len(p.containers))
+	for _, path := range p.v3Paths {
+		if c, ok := p.containers[path]; ok {
+			routeContainers = append(routeContainers, c)
+		}
 	}
 	v2, err := builder.BuildOpenAPISpecFromRoutes(routeContainers, &common.Config{
-		Info:                           info,
+		Info:                           p.info,
 		GetDefinitions:                 openapidefs.GetOpenAPIDefinitions,
-		GetDefinitionName:              namer.GetDefinitionName,
+		GetDefinitionName:              p.namer.GetDefinitionName,
 		GetOperationIDAndTagsFromRoute: routeIDAndTags,
 		CommonResponses:                map[int]spec.Response{http.StatusUnauthorized: {ResponseProps: spec.ResponseProps{Description: "Unauthorized"}}},
 		SecurityDefinitions: &spec.SecurityDefinitions{"BearerToken": &spec.SecurityScheme{SecuritySchemeProps: spec.SecuritySchemeProps{
@@ -175,76 +261,163 @@ func buildOpenAPI(all []*resource) (*spec.Swagger, map[string]*spec3.OpenAPI, er
 		DefaultSecurity: []map[string][]string{{"BearerToken": {}}},
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("apiserver: OpenAPI v2: %w", err)
+		return nil, fmt.Errorf("apiserver: OpenAPI v2: %w", err)
 	}
 	// As kube-apiserver serves v2: without defaults, which v2 clients misread.
 	v2.Definitions = handler.PruneDefaults(v2.Definitions)
-
-	// One set of v3 definitions, with v3 references, shared by every group version's build.
-	v3Definitions := openapidefs.GetOpenAPIDefinitions(func(name string) spec.Ref {
-		defName, _ := namer.GetDefinitionName(name)
-		return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(defName))
-	})
-	v3 := make(map[string]*spec3.OpenAPI, len(containers))
-	for _, c := range containers {
-		doc, err := builder3.BuildOpenAPISpecFromRoutes([]common.RouteContainer{c}, &common.OpenAPIV3Config{
-			Info:                           info,
-			Definitions:                    v3Definitions,
-			GetDefinitionName:              namer.GetDefinitionName,
-			GetOperationIDAndTagsFromRoute: routeIDAndTags,
-			CommonResponses:                map[int]*spec3.Response{http.StatusUnauthorized: {ResponseProps: spec3.ResponseProps{Description: "Unauthorized"}}},
-			SecuritySchemes: spec3.SecuritySchemes{"BearerToken": &spec3.SecurityScheme{SecuritySchemeProps: spec3.SecuritySchemeProps{
-				Type: "apiKey", Name: "authorization", In: "header", Description: "Bearer Token authentication"}}},
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("apiserver: OpenAPI v3 of %s: %w", c.gv, err)
-		}
-		v3[openAPIV3Path(c.gv)] = doc
+	if err := addCustomResourceV2(p.custom, &v2); err != nil {
+		return nil, err
 	}
-	if err := addCustomResourceOpenAPI(custom, &v2, v3); err != nil {
+	return v2, nil
+}
+
+func (p *openAPIPlan) v3Config() *common.OpenAPIV3Config {
+	return &common.OpenAPIV3Config{
+		Info:                           p.info,
+		Definitions:                    p.v3Definitions,
+		GetDefinitionName:              p.namer.GetDefinitionName,
+		GetOperationIDAndTagsFromRoute: routeIDAndTags,
+		CommonResponses:                map[int]*spec3.Response{http.StatusUnauthorized: {ResponseProps: spec3.ResponseProps{Description: "Unauthorized"}}},
+		SecuritySchemes: spec3.SecuritySchemes{"BearerToken": &spec3.SecurityScheme{SecuritySchemeProps: spec3.SecuritySchemeProps{
+			Type: "apiKey", Name: "authorization", In: "header", Description: "Bearer Token authentication"}}},
+	}
+}
+
+// v3 builds the v3 document of the group version at path (api/v1, apis/apps/v1).
+func (p *openAPIPlan) v3(path string) (*spec3.OpenAPI, error) {
+	var custom []*resource
+	for _, r := range p.custom {
+		if openAPIV3Path(schema.GroupVersion{Group: r.group, Version: r.version}) == path {
+			custom = append(custom, r)
+		}
+	}
+	if len(custom) > 0 {
+		return customV3(path, custom)
+	}
+	c, ok := p.containers[path]
+	if !ok {
+		return nil, fmt.Errorf("apiserver: no OpenAPI v3 document at %s", path)
+	}
+	doc, err := builder3.BuildOpenAPISpecFromRoutes([]common.RouteContainer{c}, p.v3Config())
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: OpenAPI v3 of %s: %w", c.gv, err)
+	}
+	return doc, nil
+}
+
+// schemas are the v3 schemas of every document by definition name, as the documents'
+// components hold them, without building the documents: the definitions of every type the
+// routes send or receive, and the custom resources' kinds.
+func (p *openAPIPlan) schemas() (map[string]*spec.Schema, error) {
+	var names []string
+	seen := map[string]bool{}
+	add := func(sample any) {
+		if sample == nil {
+			return
+		}
+		if name := util.GetCanonicalTypeName(sample); !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	for _, path := range p.v3Paths {
+		c, ok := p.containers[path]
+		if !ok {
+			continue
+		}
+		for _, r := range c.Routes() {
+			add(r.RequestPayloadSample())
+			add(r.ResponsePayloadSample())
+			for _, resp := range r.StatusCodeResponses() {
+				add(resp.Model())
+			}
+		}
+	}
+	out, err := builder3.BuildOpenAPIDefinitionsForResources(p.v3Config(), names...)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: OpenAPI v3 schemas: %w", err)
+	}
+	for _, r := range p.custom {
+		s3, err := crdbuilder.BuildOpenAPIV3(r.custom.crd, r.version, crdbuilder.Options{IncludeSelectableFields: true})
+		if err != nil {
+			return nil, fmt.Errorf("apiserver: OpenAPI v3 of %s %s: %w", r.custom.crd.Name, r.version, err)
+		}
+		if s3.Components == nil {
+			continue
+		}
+		// A custom resource's document repeats the types it shares with the built-in
+		// kinds (ObjectMeta, DeleteOptions): the generated definitions of those win.
+		for name, s := range s3.Components.Schemas {
+			if _, ok := out[name]; !ok {
+				out[name] = s
+			}
+		}
+	}
+	return out, nil
+}
+
+// buildOpenAPI builds the v2 document and the v3 document of every group version (keyed
+// by its path below /openapi/v3/) of resources and the review APIs, all at once.
+func buildOpenAPI(all []*resource) (*spec.Swagger, map[string]*spec3.OpenAPI, error) {
+	p, err := planOpenAPI(all)
+	if err != nil {
 		return nil, nil, err
+	}
+	v2, err := p.v2()
+	if err != nil {
+		return nil, nil, err
+	}
+	v3 := make(map[string]*spec3.OpenAPI, len(p.v3Paths))
+	for _, path := range p.v3Paths {
+		if v3[path], err = p.v3(path); err != nil {
+			return nil, nil, err
+		}
 	}
 	return v2, v3, nil
 }
 
-// addCustomResourceOpenAPI describes custom resources from their definitions' schemas with
-// apiextensions' own builder, as kube-apiserver publishes them: merged into the v2
-// document, and one v3 document per group version.
-func addCustomResourceOpenAPI(custom []*resource, v2 **spec.Swagger, v3 map[string]*spec3.OpenAPI) error {
+// addCustomResourceV2 merges the custom resources into the v2 document, described from
+// their definitions' schemas with apiextensions' own builder as kube-apiserver publishes
+// them: the definition's value validations (required, enum, pattern, …) kept, only its
+// defaults lost.
+func addCustomResourceV2(custom []*resource, v2 **spec.Swagger) error {
 	var v2Specs []*spec.Swagger
-	byGV := map[string][]*spec3.OpenAPI{}
 	for _, r := range custom {
 		crd, version := r.custom.crd, r.version
-		// The v2 schema keeps the definition's value validations (required, enum,
-		// pattern, …) and loses only its defaults, as kube-apiserver publishes it.
 		s2, err := crdbuilder.BuildOpenAPIV2(crd, version, crdbuilder.Options{V2: true, IncludeSelectableFields: true})
 		if err != nil {
 			return fmt.Errorf("apiserver: OpenAPI v2 of %s %s: %w", crd.Name, version, err)
 		}
 		s2.Definitions = handler.PruneDefaults(s2.Definitions)
 		v2Specs = append(v2Specs, s2)
-		s3, err := crdbuilder.BuildOpenAPIV3(crd, version, crdbuilder.Options{IncludeSelectableFields: true})
-		if err != nil {
-			return fmt.Errorf("apiserver: OpenAPI v3 of %s %s: %w", crd.Name, version, err)
-		}
-		path := openAPIV3Path(schema.GroupVersion{Group: r.group, Version: r.version})
-		byGV[path] = append(byGV[path], s3)
 	}
-	if len(v2Specs) > 0 {
-		merged, err := crdbuilder.MergeSpecs(*v2, v2Specs...)
-		if err != nil {
-			return fmt.Errorf("apiserver: OpenAPI v2 of custom resources: %w", err)
-		}
-		*v2 = merged
+	if len(v2Specs) == 0 {
+		return nil
 	}
-	for path, docs := range byGV {
-		merged, err := crdbuilder.MergeSpecsV3(docs...)
-		if err != nil {
-			return fmt.Errorf("apiserver: OpenAPI v3 of %s: %w", path, err)
-		}
-		v3[path] = merged
+	merged, err := crdbuilder.MergeSpecs(*v2, v2Specs...)
+	if err != nil {
+		return fmt.Errorf("apiserver: OpenAPI v2 of custom resources: %w", err)
 	}
+	*v2 = merged
 	return nil
+}
+
+// customV3 is the v3 document of a group version of custom resources, one per group
+// version as kube-apiserver publishes them.
+func customV3(path string, custom []*resource) (*spec3.OpenAPI, error) {
+	docs := make([]*spec3.OpenAPI, 0, len(custom))
+	for _, r := range custom {
+		s3, err := crdbuilder.BuildOpenAPIV3(r.custom.crd, r.version, crdbuilder.Options{IncludeSelectableFields: true})
+		if err != nil {
+			return nil, fmt.Errorf("apiserver: OpenAPI v3 of %s %s: %w", r.custom.crd.Name, r.version, err)
+		}
+		docs = append(docs, s3)
+	}
+	merged, err := crdbuilder.MergeSpecsV3(docs...)
+	if err != nil {
+		return nil, fmt.Errorf("apiserver: OpenAPI v3 of %s: %w", path, err)
+	}
+	return merged, nil
 }
 
 // openAPIV3Path is where a group version's v3 document is served below /openapi/v3/.

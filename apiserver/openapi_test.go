@@ -2,11 +2,14 @@ package apiserver
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	storagev1 "k8s.io/api/storage/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -313,19 +316,25 @@ func TestSubresourceObject(t *testing.T) {
 	}
 }
 
-// TestOpenAPIDocsRebuild: the documents are built once per registry revision, and a kind
-// registered while the server runs appears in them.
+// TestOpenAPIDocsRebuild: the documents are planned once per registry revision, built on
+// first use, and a kind registered while the server runs appears in them.
 func TestOpenAPIDocsRebuild(t *testing.T) {
 	reg := builtinRegistry(t)
 	d := newOpenAPIDocs(reg)
-	if err := d.sync(); err != nil {
-		t.Fatal(err)
+	v2 := func() *spec.Swagger {
+		t.Helper()
+		lazy, _, _, err := d.current()
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, _, err := lazy.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return doc
 	}
-	first := d.v2Spec
-	if err := d.sync(); err != nil {
-		t.Fatal(err)
-	}
-	if d.v2Spec != first {
+	first := v2()
+	if again := v2(); again != first {
 		t.Fatal("the documents were rebuilt without a registry change")
 	}
 	const path = "/api/v1/namespaces/{namespace}/replicationcontrollers/{name}"
@@ -335,16 +344,90 @@ func TestOpenAPIDocsRebuild(t *testing.T) {
 	if err := reg.register(replicationControllerResource()); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.sync(); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := d.v2Spec.Paths.Paths[path]; !ok {
+	if _, ok := v2().Paths.Paths[path]; !ok {
 		t.Fatal("v2 lacks replicationcontrollers after they were registered")
 	}
-	if p := d.v3Docs["api/v1"].Paths.Paths[path]; p == nil || p.Patch == nil {
+	_, v3, schemas, err := d.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, _, err := v3["api/v1"].Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := core.Paths.Paths[path]; p == nil || p.Patch == nil {
 		t.Fatal("v3 lacks replicationcontrollers after they were registered")
 	}
-	if d.v3Docs["api/v1"].Components.Schemas["io.k8s.api.core.v1.ReplicationController"] == nil {
+	const name = "io.k8s.api.core.v1.ReplicationController"
+	if core.Components.Schemas[name] == nil {
 		t.Fatal("v3 lacks the ReplicationController schema")
+	}
+	if s, _, err := schemas.Get(); err != nil || s[name] == nil {
+		t.Fatalf("the field managers' schemas lack %s (%v)", name, err)
+	}
+}
+
+// TestOpenAPISchemasMatchDocuments: the schemas the field managers read, built without the
+// documents, are the components of all the v3 documents, custom resources' included.
+func TestOpenAPISchemasMatchDocuments(t *testing.T) {
+	reg := builtinRegistry(t)
+	if err := reg.register(replicationControllerResource()); err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Gadget", ListKind: "GadgetList", Plural: "gadgets", Singular: "gadget"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "integer"}}},
+					},
+				}},
+			}},
+		},
+	}
+	crd.Status.AcceptedNames = crd.Spec.Names
+	cv, err := newCustomResourceVersion(crd, crd.Spec.Versions[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.register(customResource(cv)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := planOpenAPI(reg.resources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.schemas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v3 := buildDocs(t, reg)
+	// A custom resource's document repeats ObjectMeta and the like; the built-in
+	// documents' schemas of those are the ones kept.
+	want := map[string]*spec.Schema{}
+	for _, custom := range []bool{true, false} {
+		for path, doc := range v3 {
+			if (path == "apis/example.com/v1") == custom && doc.Components != nil {
+				maps.Copy(want, doc.Components.Schemas)
+			}
+		}
+	}
+	if len(want) < 100 || want["com.example.v1.Gadget"] == nil {
+		t.Fatalf("the documents hold %d schemas, Gadget %v: not the registry's", len(want), want["com.example.v1.Gadget"] != nil)
+	}
+	for name, s := range want {
+		if !reflect.DeepEqual(got[name], s) {
+			t.Errorf("schema %s differs from the documents'", name)
+		}
+	}
+	for name := range got {
+		if want[name] == nil {
+			t.Errorf("schema %s is in no document", name)
+		}
 	}
 }
