@@ -180,15 +180,16 @@ func (s *Server) serveOpenAPIGroupVersion(w http.ResponseWriter, r *http.Request
 // openAPIPlan is what the documents of one registry snapshot are built from: the routes of
 // every served group version and the generated definitions.
 type openAPIPlan struct {
+	// mu makes the builds of a plan one at a time (the v3 root builds every group
+	// version's document at once, in goroutines of its own): two cores gain nothing from
+	// building twenty documents side by side.
+	mu         sync.Mutex
 	custom     []*resource
 	containers map[string]*apiRoutes // by v3 path
 	// v3Paths are every group version's path below /openapi/v3/, custom ones included.
 	v3Paths []string
 	namer   *endpointsopenapi.DefinitionNamer
 	info    *spec.Info
-	// v3Definitions are the generated definitions with v3 references, shared by every
-	// group version's build.
-	v3Definitions map[string]common.OpenAPIDefinition
 }
 
 // planOpenAPI plans the v2 document and the v3 document of every group version of
@@ -220,10 +221,6 @@ func planOpenAPI(all []*resource) (*openAPIPlan, error) {
 		}
 	}
 	p.info = &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes", Version: kubernetesVersion}}
-	p.v3Definitions = openapidefs.GetOpenAPIDefinitions(func(name string) spec.Ref {
-		defName, _ := p.namer.GetDefinitionName(name)
-		return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(defName))
-	})
 	for _, c := range containers {
 		path := openAPIV3Path(c.gv)
 		p.containers[path] = c
@@ -244,6 +241,8 @@ func hasDefinition(defs map[string]common.OpenAPIDefinition, name string) bool {
 
 // v2 builds the v2 document.
 func (p *openAPIPlan) v2() (*spec.Swagger, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	routeContainers := make([]common.RouteContainer, 0, len(p.containers))
 	for _, path := range p.v3Paths {
 		if c, ok := p.containers[path]; ok {
@@ -271,10 +270,17 @@ func (p *openAPIPlan) v2() (*spec.Swagger, error) {
 	return v2, nil
 }
 
+// v3Config configures one v3 build. Each gets definitions of its own: the builder writes
+// into the extensions of those it uses, and a document's schemas keep them, so definitions
+// shared between builds would be written by one while another document is encoded.
 func (p *openAPIPlan) v3Config() *common.OpenAPIV3Config {
+	definitions := openapidefs.GetOpenAPIDefinitions(func(name string) spec.Ref {
+		defName, _ := p.namer.GetDefinitionName(name)
+		return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(defName))
+	})
 	return &common.OpenAPIV3Config{
 		Info:                           p.info,
-		Definitions:                    p.v3Definitions,
+		Definitions:                    definitions,
 		GetDefinitionName:              p.namer.GetDefinitionName,
 		GetOperationIDAndTagsFromRoute: routeIDAndTags,
 		CommonResponses:                map[int]*spec3.Response{http.StatusUnauthorized: {ResponseProps: spec3.ResponseProps{Description: "Unauthorized"}}},
@@ -285,6 +291,8 @@ func (p *openAPIPlan) v3Config() *common.OpenAPIV3Config {
 
 // v3 builds the v3 document of the group version at path (api/v1, apis/apps/v1).
 func (p *openAPIPlan) v3(path string) (*spec3.OpenAPI, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var custom []*resource
 	for _, r := range p.custom {
 		if openAPIV3Path(schema.GroupVersion{Group: r.group, Version: r.version}) == path {
@@ -309,6 +317,8 @@ func (p *openAPIPlan) v3(path string) (*spec3.OpenAPI, error) {
 // components hold them, without building the documents: the definitions of every type the
 // routes send or receive, and the custom resources' kinds.
 func (p *openAPIPlan) schemas() (map[string]*spec.Schema, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var names []string
 	seen := map[string]bool{}
 	add := func(sample any) {

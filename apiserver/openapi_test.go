@@ -2,10 +2,14 @@ package apiserver
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -429,5 +433,43 @@ func TestOpenAPISchemasMatchDocuments(t *testing.T) {
 		if want[name] == nil {
 			t.Errorf("schema %s is in no document", name)
 		}
+	}
+}
+
+// TestOpenAPIBuildsAtOnce: the v3 root builds every group version's document in goroutines
+// of its own while the v2 document and the field managers' schemas may be built too; they
+// share the plan's definitions (run with -race).
+func TestOpenAPIBuildsAtOnce(t *testing.T) {
+	d := newOpenAPIDocs(builtinRegistry(t))
+	if err := d.sync(); err != nil {
+		t.Fatal(err)
+	}
+	v2, _, schemas, err := d.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() {
+		rec := httptest.NewRecorder()
+		d.v3Root.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi/v3", nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "apis/apps/v1") {
+			errs <- fmt.Errorf("v3 root: %d %.200s", rec.Code, rec.Body.String())
+		}
+	})
+	wg.Go(func() {
+		if doc, _, err := v2.Get(); err != nil || len(doc.Paths.Paths) == 0 {
+			errs <- fmt.Errorf("v2: %v", err)
+		}
+	})
+	wg.Go(func() {
+		if s, _, err := schemas.Get(); err != nil || s["io.k8s.api.apps.v1.DaemonSet"] == nil {
+			errs <- fmt.Errorf("schemas: %v", err)
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
