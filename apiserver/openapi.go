@@ -215,7 +215,8 @@ func planOpenAPI(all []*resource) (*openAPIPlan, error) {
 	}
 	p.namer = b.definitionNamer()
 	for _, m := range b.models {
-		if name := util.GetCanonicalTypeName(m.obj); !hasDefinition(plain, name) {
+		name := util.GetCanonicalTypeName(m.obj)
+		if _, ok := plain[name]; !ok {
 			defName, _ := p.namer.GetDefinitionName(name)
 			return nil, fmt.Errorf("apiserver: OpenAPI for %s: no generated definition for %s", m.gvk, defName)
 		}
@@ -232,11 +233,6 @@ func planOpenAPI(all []*resource) (*openAPIPlan, error) {
 		}
 	}
 	return p, nil
-}
-
-func hasDefinition(defs map[string]common.OpenAPIDefinition, name string) bool {
-	_, ok := defs[name]
-	return ok
 }
 
 // v2 builds the v2 document.
