@@ -459,12 +459,12 @@ func TestOpenAPIBuildsAtOnce(t *testing.T) {
 	})
 	wg.Go(func() {
 		if doc, _, err := v2.Get(); err != nil || len(doc.Paths.Paths) == 0 {
-			errs <- fmt.Errorf("v2: %v", err)
+			errs <- fmt.Errorf("v2: %w", err)
 		}
 	})
 	wg.Go(func() {
 		if s, _, err := schemas.Get(); err != nil || s["io.k8s.api.apps.v1.DaemonSet"] == nil {
-			errs <- fmt.Errorf("schemas: %v", err)
+			errs <- fmt.Errorf("schemas: %w", err)
 		}
 	})
 	wg.Wait()
