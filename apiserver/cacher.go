@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,7 +307,14 @@ func (c *cacher) newCachedObject(obj runtime.Object) (*cachedObject, error) {
 }
 
 func (c *cacher) apply(ev store.Event) error {
-	cur, err := c.newCachedObject(ev.Object)
+	obj := ev.Object
+	if ev.Type == store.Deleted {
+		var err error
+		if obj, err = c.lastState(ev.Key, ev.Revision); err != nil {
+			return err
+		}
+	}
+	cur, err := c.newCachedObject(obj)
 	if err != nil {
 		return err
 	}
@@ -352,6 +360,26 @@ func (c *cacher) apply(ev store.Event) error {
 		c.onEvent(cur.key, cur.namespace)
 	}
 	return nil
+}
+
+// lastState is the object a Deleted event reports: the cache's last state of key, at the
+// revision of the deletion, as kube-apiserver reports it. The store's watch does not send
+// it (store.Event); only this goroutine changes c.objects, and it holds every key whose
+// deletion the watch can report: those of the list it started from and those added since.
+func (c *cacher) lastState(key string, rev int64) (runtime.Object, error) {
+	c.mu.Lock()
+	last := c.objects[key]
+	c.mu.Unlock()
+	if last == nil {
+		return nil, fmt.Errorf("deletion at revision %d of an object the cache does not hold", rev)
+	}
+	obj := last.object().DeepCopyObject()
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	m.SetResourceVersion(strconv.FormatInt(rev, 10))
+	return obj, nil
 }
 
 func (c *cacher) pushHistoryLocked(ev *cacheEvent) {

@@ -385,3 +385,53 @@ func rvNum(t *testing.T, rv string) int64 {
 	}
 	return n
 }
+
+// TestWatchDeletedLastState: a DELETED event carries the object's last state at the
+// revision of its deletion, and reaches a watch whose label selector that state matches,
+// also when the cache holds that state only encoded (compacted, after 500 other changes).
+func TestWatchDeletedLastState(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	ctx := testCtx(t)
+	cms := env.Client.CoreV1().ConfigMaps("default")
+	for _, tc := range []struct {
+		name  string
+		churn int // changes to other ConfigMaps between the last update and the delete
+	}{
+		{"decoded", 0},
+		{"compacted", 520},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "last-state-" + tc.name
+			cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "1"}}, metav1.CreateOptions{})
+			check(t, err)
+			cm.Labels = map[string]string{"kept": tc.name}
+			cm.Data["v"] = "2"
+			cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+			check(t, err)
+			for i := range tc.churn {
+				_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%s-%d", tc.name, i)}}, metav1.CreateOptions{})
+				check(t, err)
+			}
+			list, err := cms.List(ctx, metav1.ListOptions{Limit: 1})
+			check(t, err)
+			w, err := cms.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, LabelSelector: "kept=" + tc.name})
+			check(t, err)
+			defer w.Stop()
+			check(t, cms.Delete(ctx, name, metav1.DeleteOptions{}))
+			ev := expectWatch(t, w, watch.Deleted, name)
+			got := ev.Object.(*corev1.ConfigMap)
+			if got.Data["v"] != "2" || got.Labels["kept"] != tc.name || got.UID != cm.UID {
+				t.Errorf("DELETED carries %v %v (uid %s), want the last state: v=2, kept=%s, uid %s", got.Data, got.Labels, got.UID, tc.name, cm.UID)
+			}
+			deletedAt, _ := strconv.ParseInt(got.ResourceVersion, 10, 64)
+			listedAt, _ := strconv.ParseInt(list.ResourceVersion, 10, 64)
+			after, err := cms.List(ctx, metav1.ListOptions{Limit: 1})
+			check(t, err)
+			now, _ := strconv.ParseInt(after.ResourceVersion, 10, 64)
+			if deletedAt <= listedAt || deletedAt > now {
+				t.Errorf("DELETED at resourceVersion %d, want the deletion's: after %d, at most %d", deletedAt, listedAt, now)
+			}
+		})
+	}
+}

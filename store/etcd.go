@@ -442,7 +442,9 @@ func watchStreamCtx(ctx context.Context, prefix string) context.Context {
 
 // Watch implements Store.
 func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRevision int64) (<-chan Event, error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithProgressNotify()}
+	// No WithPrevKV: etcd would read every changed key's previous value back from its
+	// backend for the event, and the watch cache already holds that state.
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithProgressNotify()}
 	if fromRevision > 0 {
 		opts = append(opts, clientv3.WithRev(fromRevision+1))
 	}
@@ -507,23 +509,11 @@ func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRevision int64
 func (s *EtcdStore) toEvent(e *clientv3.Event) (Event, error) {
 	ev := Event{Key: string(e.Kv.Key), Revision: e.Kv.ModRevision}
 	var err error
-	if e.PrevKv != nil {
-		if ev.PrevObject, err = s.decode(e.PrevKv); err != nil {
-			return ev, err
-		}
-	}
 	switch {
 	case e.Type == clientv3.EventTypeDelete:
 		ev.Type = Deleted
-		if ev.PrevObject == nil {
-			return ev, errors.New("delete event without previous value")
-		}
-		ev.Object = ev.PrevObject.DeepCopyObject()
-		// A deleted object reports the revision of its deletion, as kube-apiserver does.
-		err = setResourceVersion(ev.Object, e.Kv.ModRevision)
 	case e.IsCreate():
 		ev.Type = Added
-		ev.PrevObject = nil
 		ev.Object, err = s.decode(e.Kv)
 	default:
 		ev.Type = Modified

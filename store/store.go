@@ -130,10 +130,10 @@ const (
 type Event struct {
 	Type EventType
 	Key  string
-	// Object is the new state; for Deleted it is the last state before deletion.
+	// Object is the new state; nil for Deleted. A watcher that needs the last state of a
+	// deleted key keeps it from the events before, as the API server's watch cache does:
+	// reading it back would cost etcd a read of its backend for every event.
 	Object runtime.Object
-	// PrevObject is the state before the change (nil for Added).
-	PrevObject runtime.Object
 	// Revision is the store revision of the change.
 	Revision int64
 	// Err is set for Error events; the channel closes right after one.
