@@ -149,7 +149,7 @@ func (c *call) respondList(items []*cachedObject, rv int64, continueToken string
 				}
 				encoded[i] = raw
 			}
-			writeProtobuf(c.w, 200, envelope(c.info.res.apiVersion(), c.info.res.listKind(), listProto(listMeta, encoded)))
+			writeEnveloped(c.w, 200, c.info.res.apiVersion(), c.info.res.listKind(), listProto(listMeta, encoded))
 			return
 		}
 		for i, it := range items {

@@ -143,7 +143,7 @@ func (c *call) respond(code int, obj runtime.Object, co *cachedObject) {
 			c.fail(err)
 			return
 		}
-		writeProtobuf(c.w, code, envelope(c.info.res.apiVersion(), c.info.res.kind, raw))
+		writeEnveloped(c.w, code, c.info.res.apiVersion(), c.info.res.kind, raw)
 		return
 	}
 	if co != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,13 +40,37 @@ func rawProto(obj runtime.Object) ([]byte, error) {
 	return m.Marshal()
 }
 
-// envelope wraps a raw message as kube-apiserver does: the magic, then a runtime.Unknown
-// naming apiVersion and kind with the message as its raw bytes.
-func envelope(apiVersion, kind string, raw []byte) []byte {
-	u := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: apiVersion, Kind: kind}, Raw: raw}
-	data, _ := u.Marshal() // Unknown's Marshal cannot fail
-	out := make([]byte, 0, len(protobufMagic)+len(data))
-	return append(append(out, protobufMagic...), data...)
+// appendEnvelopeHead appends what an enveloped message starts with before its raw bytes,
+// as kube-apiserver writes it: the magic, then the head of a runtime.Unknown naming
+// apiVersion and kind whose raw field holds the message (of rawLen bytes; with hasRaw false
+// there is no raw field). envelopeTail follows the raw bytes.
+func appendEnvelopeHead(b []byte, apiVersion, kind string, rawLen int, hasRaw bool) []byte {
+	b = append(b, protobufMagic...)
+	b = appendTag(b, 1, stringFieldSize(apiVersion)+stringFieldSize(kind)) // Unknown.typeMeta
+	b = append(appendTag(b, 1, len(apiVersion)), apiVersion...)
+	b = append(appendTag(b, 2, len(kind)), kind...)
+	if hasRaw {
+		b = appendTag(b, 2, rawLen) // Unknown.raw
+	}
+	return b
+}
+
+// envelopeTail ends every enveloped message: Unknown's contentEncoding and contentType,
+// written empty as its generated Marshal writes them.
+var envelopeTail = []byte{3<<3 | 2, 0, 4<<3 | 2, 0}
+
+// writeEnveloped answers with raw in kube-apiserver's envelope, written around raw rather
+// than copied into a message of its own: a response is the size of the object (of every
+// item, for a list), and building the runtime.Unknown copied it twice.
+func writeEnveloped(w http.ResponseWriter, code int, apiVersion, kind string, raw []byte) {
+	head := appendEnvelopeHead(make([]byte, 0, 64), apiVersion, kind, len(raw), raw != nil)
+	h := w.Header()
+	h.Set("Content-Type", protobufMediaType)
+	h.Set("Content-Length", strconv.Itoa(len(head)+len(raw)+len(envelopeTail)))
+	w.WriteHeader(code)
+	_, _ = w.Write(head)
+	_, _ = w.Write(raw)
+	_, _ = w.Write(envelopeTail)
 }
 
 // listProto assembles a list message from already-encoded items. Every Kubernetes list
@@ -74,13 +99,6 @@ func appendTag(b []byte, field, n int) []byte {
 	return binary.AppendUvarint(binary.AppendUvarint(b, uint64(field)<<3|2), uint64(n))
 }
 
-// writeProtobuf writes an enveloped protobuf body.
-func writeProtobuf(w http.ResponseWriter, code int, body []byte) {
-	w.Header().Set("Content-Type", protobufMediaType)
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
-}
-
 // writeWatchEventProto writes one frame of a protobuf watch: a raw (unenveloped)
 // WatchEvent whose object is the enveloped raw message, preceded by its length as
 // client-go's length-delimited framer reads. The bytes are those of marshalling the
@@ -88,33 +106,21 @@ func writeProtobuf(w http.ResponseWriter, code int, body []byte) {
 // of a change sends the same object, and building the nested messages for each of them
 // copied it four times (a tenth of the API server's allocations in a rollout).
 func writeWatchEventProto(w *bufio.Writer, typ, apiVersion, kind string, raw []byte) error {
-	// Sizes from the inside out. Unknown's contentEncoding and contentType are written
-	// empty, as its generated Marshal does; its raw only when set.
-	typeMeta := stringFieldSize(apiVersion) + stringFieldSize(kind)
-	unknown := bytesFieldSize(typeMeta) + 2*stringFieldSize("")
-	if raw != nil {
-		unknown += bytesFieldSize(len(raw))
-	}
-	object := len(protobufMagic) + unknown
+	var buf [64]byte
+	head := appendEnvelopeHead(buf[:0], apiVersion, kind, len(raw), raw != nil)
+	object := len(head) + len(raw) + len(envelopeTail)
 	rawExtension := bytesFieldSize(object)
 	event := stringFieldSize(typ) + bytesFieldSize(rawExtension)
 
 	var frameLen [4]byte
 	binary.BigEndian.PutUint32(frameLen[:], uint32(event))
 	_, _ = w.Write(frameLen[:])
-	writeStringField(w, 1, typ)   // WatchEvent.type
-	writeTag(w, 2, rawExtension)  // WatchEvent.object
-	writeTag(w, 1, object)        // RawExtension.raw
-	_, _ = w.Write(protobufMagic) // the envelope
-	writeTag(w, 1, typeMeta)      // Unknown.typeMeta
-	writeStringField(w, 1, apiVersion)
-	writeStringField(w, 2, kind)
-	if raw != nil {
-		writeTag(w, 2, len(raw)) // Unknown.raw
-		_, _ = w.Write(raw)
-	}
-	writeStringField(w, 3, "")             // Unknown.contentEncoding
-	_, err := w.Write([]byte{4<<3 | 2, 0}) // Unknown.contentType, empty
+	writeStringField(w, 1, typ)  // WatchEvent.type
+	writeTag(w, 2, rawExtension) // WatchEvent.object
+	writeTag(w, 1, object)       // RawExtension.raw
+	_, _ = w.Write(head)
+	_, _ = w.Write(raw)
+	_, err := w.Write(envelopeTail)
 	// A bufio.Writer keeps its first error and returns it from every later write.
 	return err
 }

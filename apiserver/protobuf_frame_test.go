@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,21 +14,23 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
+// envelopeCases are objects and names whose lengths need one, two and three varint bytes.
+var envelopeCases = []struct {
+	name, typ, apiVersion, kind string
+	raw                         []byte
+}{
+	{"small pod", "ADDED", "v1", "Pod", []byte{0x0a, 0x03, 'a', 'b', 'c'}},
+	{"empty object", "MODIFIED", "apps/v1", "DaemonSet", []byte{}},
+	{"no raw", "BOOKMARK", "v1", "Pod", nil},
+	{"two-byte lengths", "DELETED", "v1", "Node", bytes.Repeat([]byte{7}, 300)},
+	{"three-byte lengths", "MODIFIED", "stable.example.com/v1", strings.Repeat("K", 200), bytes.Repeat([]byte{9}, 70000)},
+}
+
 // TestWriteWatchEventProtoMatchesMarshal: the frame written field by field is byte for byte
 // what marshalling the runtime.Unknown envelope and then the metav1.WatchEvent gives, for
 // objects and names whose lengths need one, two and three varint bytes.
 func TestWriteWatchEventProtoMatchesMarshal(t *testing.T) {
-	tests := []struct {
-		name, typ, apiVersion, kind string
-		raw                         []byte
-	}{
-		{"small pod", "ADDED", "v1", "Pod", []byte{0x0a, 0x03, 'a', 'b', 'c'}},
-		{"empty object", "MODIFIED", "apps/v1", "DaemonSet", []byte{}},
-		{"no raw", "BOOKMARK", "v1", "Pod", nil},
-		{"two-byte lengths", "DELETED", "v1", "Node", bytes.Repeat([]byte{7}, 300)},
-		{"three-byte lengths", "MODIFIED", "stable.example.com/v1", strings.Repeat("K", 200), bytes.Repeat([]byte{9}, 70000)},
-	}
-	for _, tc := range tests {
+	for _, tc := range envelopeCases {
 		t.Run(tc.name, func(t *testing.T) {
 			unknown := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: tc.apiVersion, Kind: tc.kind}, Raw: tc.raw}
 			u, err := unknown.Marshal()
@@ -50,6 +55,31 @@ func TestWriteWatchEventProtoMatchesMarshal(t *testing.T) {
 			}
 			if !bytes.Equal(got.Bytes(), want) {
 				t.Fatalf("frame differs from the marshalled one:\n got %x\nwant %x", frameHead(got.Bytes()), frameHead(want))
+			}
+		})
+	}
+}
+
+// TestWriteEnvelopedMatchesMarshal: a response written around the raw message is byte for
+// byte the magic and the marshalled runtime.Unknown, with a Content-Length that says so.
+func TestWriteEnvelopedMatchesMarshal(t *testing.T) {
+	for _, tc := range envelopeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: tc.apiVersion, Kind: tc.kind}, Raw: tc.raw}).Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := append(append([]byte{}, protobufMagic...), u...)
+			rec := httptest.NewRecorder()
+			writeEnveloped(rec, http.StatusCreated, tc.apiVersion, tc.kind, tc.raw)
+			if rec.Code != http.StatusCreated || rec.Header().Get("Content-Type") != protobufMediaType {
+				t.Errorf("answered %d %q", rec.Code, rec.Header().Get("Content-Type"))
+			}
+			if got := rec.Header().Get("Content-Length"); got != strconv.Itoa(len(want)) {
+				t.Errorf("Content-Length %s, want %d", got, len(want))
+			}
+			if !bytes.Equal(rec.Body.Bytes(), want) {
+				t.Fatalf("body differs from the marshalled envelope:\n got %x\nwant %x", frameHead(rec.Body.Bytes()), frameHead(want))
 			}
 		})
 	}
