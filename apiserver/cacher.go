@@ -364,8 +364,8 @@ func (c *cacher) apply(ev store.Event) error {
 
 // lastState is the object a Deleted event reports: the cache's last state of key, at the
 // revision of the deletion, as kube-apiserver reports it. The store's watch does not send
-// it (store.Event); only this goroutine changes c.objects, and it holds every key whose
-// deletion the watch can report: those of the list it started from and those added since.
+// it (store.Event), and the cache holds every key whose deletion the watch can report: those
+// of the list it started from and those added since.
 func (c *cacher) lastState(key string, rev int64) (runtime.Object, error) {
 	c.mu.Lock()
 	last := c.objects[key]
