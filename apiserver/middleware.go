@@ -96,6 +96,7 @@ func (s *Server) withInsecureAdmin(next http.Handler) http.Handler {
 
 func (s *Server) withRecovery(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		growStack(len(r.URL.Path)) // see stack.go
 		ctx := context.WithValue(r.Context(), stateKey{}, &requestState{log: s.log})
 		defer func() {
 			if v := recover(); v != nil {
