@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,11 +121,10 @@ func (s *EtcdStore) Create(ctx context.Context, key string, obj runtime.Object, 
 	if !resp.Succeeded {
 		return nil, newError(ErrAlreadyExists, key, "%s already exists", key)
 	}
-	out := obj.DeepCopyObject()
-	if err := setResourceVersion(out, resp.Header.Revision); err != nil {
+	if err := setResourceVersion(obj, resp.Header.Revision); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return obj, nil
 }
 
 // Get implements Store.
@@ -277,7 +277,11 @@ func (s *EtcdStore) GuaranteedUpdate(ctx context.Context, key string, tryUpdate 
 				return nil, err
 			}
 		}
-		next, err := tryUpdate(base.obj.DeepCopyObject())
+		cur := base.obj
+		if base.fromSuggestion {
+			cur = cur.DeepCopyObject() // the caller's copy is shared; one read from etcd is not
+		}
+		next, err := tryUpdate(cur)
 		if err != nil {
 			if base.fromSuggestion {
 				// The error may come from the cached copy being stale (a resourceVersion
@@ -298,8 +302,7 @@ func (s *EtcdStore) GuaranteedUpdate(ctx context.Context, key string, tryUpdate 
 				continue
 			}
 			// Nothing changed: no write, no new resourceVersion, as kube-apiserver.
-			out := next.DeepCopyObject()
-			return out, setResourceVersion(out, base.rev)
+			return next, setResourceVersion(next, base.rev)
 		}
 		resp, err := s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", base.rev)).
@@ -313,8 +316,7 @@ func (s *EtcdStore) GuaranteedUpdate(ctx context.Context, key string, tryUpdate 
 			if next == nil {
 				return nil, nil
 			}
-			out := next.DeepCopyObject()
-			return out, setResourceVersion(out, resp.Header.Revision)
+			return next, setResourceVersion(next, resp.Header.Revision)
 		}
 		// Lost the race (or the suggestion was stale): retry on what is there now.
 		if base, err = s.baseFrom(key, resp.Responses[0].GetResponseRange().Kvs); err != nil {
@@ -324,21 +326,39 @@ func (s *EtcdStore) GuaranteedUpdate(ctx context.Context, key string, tryUpdate 
 }
 
 // suggestedBase turns a caller's suggestion into the first attempt's base, or nil when there
-// is none or it is unusable (no resourceVersion, or it does not encode).
+// is none or it is unusable (no resourceVersion, or it does not encode). The suggestion is
+// shared (other requests read the same cached object), so it is only read: the encoding
+// without resourceVersion is made from a shallow copy.
 func (s *EtcdStore) suggestedBase(suggestion runtime.Object) *updateBase {
 	if suggestion == nil {
 		return nil
 	}
-	obj := suggestion.DeepCopyObject()
 	var rev int64
-	if _, rv, err := uidAndRV(obj); err == nil {
+	if _, rv, err := uidAndRV(suggestion); err == nil {
 		rev, _ = strconv.ParseInt(rv, 10, 64)
 	}
-	data, err := s.encodeForStorage(obj)
-	if err != nil || rev == 0 {
+	if rev == 0 {
 		return nil
 	}
-	return &updateBase{obj: obj, data: data, rev: rev, fromSuggestion: true}
+	data, err := s.encodeForStorage(shallowCopy(suggestion))
+	if err != nil {
+		return nil
+	}
+	return &updateBase{obj: suggestion, data: data, rev: rev, fromSuggestion: true}
+}
+
+// shallowCopy returns a copy of obj whose own metadata fields may be set without touching
+// obj: a copy of the struct of a typed object (its ObjectMeta is a field of the struct, so
+// the copy has its own; everything the metadata points to stays shared), and a deep copy of
+// anything else (an unstructured object keeps its metadata in a shared map).
+func shallowCopy(obj runtime.Object) runtime.Object {
+	v := reflect.ValueOf(obj)
+	if _, unstructured := obj.(runtime.Unstructured); unstructured || v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return obj.DeepCopyObject()
+	}
+	cp := reflect.New(v.Elem().Type())
+	cp.Elem().Set(v.Elem())
+	return cp.Interface().(runtime.Object)
 }
 
 // readBase reads key's current version from etcd.

@@ -76,7 +76,8 @@ func (p *Preconditions) Check(key string, obj runtime.Object) error {
 	return nil
 }
 
-// UpdateFunc computes the next state of an object from its current one. It may modify cur.
+// UpdateFunc computes the next state of an object from its current one. It may modify cur,
+// which is its own copy, and may return it.
 // Returning a nil object (and nil error) deletes the key instead; returning an error aborts
 // the update with that error.
 type UpdateFunc func(cur runtime.Object) (next runtime.Object, err error)
@@ -87,6 +88,7 @@ type UpdateOptions struct {
 	TTL time.Duration
 	// Suggestion is a recent copy of the current object (for example from a watch cache).
 	// The first attempt uses it instead of reading etcd; a stale suggestion costs one retry.
+	// It is only read, never modified, so it may be shared.
 	Suggestion runtime.Object
 }
 
@@ -142,7 +144,7 @@ type Event struct {
 
 // Store is the storage contract the API server builds on.
 type Store interface {
-	// Create stores obj at key and returns it with its resourceVersion set. It fails with
+	// Create stores obj at key and returns obj itself, its resourceVersion set. It fails with
 	// ErrAlreadyExists if key exists and ErrInvalidObject if obj has a resourceVersion.
 	// A positive ttl makes the object expire after about that long.
 	Create(ctx context.Context, key string, obj runtime.Object, ttl time.Duration) (runtime.Object, error)
@@ -154,8 +156,9 @@ type Store interface {
 	List(ctx context.Context, prefix string, opts ListOptions) (*ListResult, error)
 	// GuaranteedUpdate reads key, applies tryUpdate and writes the result only if the key
 	// has not changed since the read (compare-and-swap on its mod revision), retrying from
-	// a fresh read otherwise. It fails with ErrNotFound if key does not exist. An update
-	// that produces identical bytes writes nothing and returns the current object.
+	// a fresh read otherwise. It fails with ErrNotFound if key does not exist. It returns
+	// the object tryUpdate returned, its resourceVersion set; an update that produces
+	// identical bytes writes nothing and keeps the current resourceVersion.
 	GuaranteedUpdate(ctx context.Context, key string, tryUpdate UpdateFunc, opts UpdateOptions) (runtime.Object, error)
 	// Delete removes key if preconditions hold, after validate (if not nil) accepts the
 	// current object, and returns the last state. It fails with ErrNotFound or ErrConflict.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -42,6 +43,7 @@ func runContract(t *testing.T, newBackend func(t *testing.T) backend) {
 		{"CreateGet", testCreateGet},
 		{"GuaranteedUpdate", testGuaranteedUpdate},
 		{"StaleSuggestion", testStaleSuggestion},
+		{"SuggestionIsOnlyRead", testSuggestionIsOnlyRead},
 		{"ConcurrentUpdatesLoseNothing", testConcurrentUpdates},
 		{"NoopUpdateKeepsResourceVersion", testNoopUpdate},
 		{"DeletePreconditions", testDeletePreconditions},
@@ -260,6 +262,61 @@ func testStaleSuggestion(t *testing.T, b backend) {
 	expectErr(t, err, store.ErrConflict)
 	if currentRevision(t, b) != rev {
 		t.Fatal("a conflicting update wrote")
+	}
+}
+
+// testSuggestionIsOnlyRead: a suggestion is shared (the watch cache hands the same copy to
+// every request), so neither an update from it, nor a no-op from it, nor one after it went
+// stale may change it. Create and GuaranteedUpdate return the object they were given (by
+// the caller, by tryUpdate) with its new resourceVersion.
+func testSuggestionIsOnlyRead(t *testing.T, b backend) {
+	ctx := testCtx(t)
+	cm := configMap("a", "one", map[string]string{"n": "0"})
+	created, err := b.Create(ctx, key("a", "one"), cm, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created != runtime.Object(cm) || cm.ResourceVersion == "" {
+		t.Fatalf("Create returned %p with resourceVersion %q, want the object given (%p) with one", created, cm.ResourceVersion, cm)
+	}
+	suggestion := cm
+	want := suggestion.DeepCopy()
+	steps := []struct {
+		name string
+		fn   store.UpdateFunc
+	}{
+		{"update", func(cur runtime.Object) (runtime.Object, error) {
+			c := cur.(*corev1.ConfigMap)
+			c.Data["n"] = "1"
+			c.Labels = map[string]string{"changed": "yes"}
+			c.ResourceVersion = ""
+			return c, nil
+		}},
+		// The suggestion is stale from here on.
+		{"stale no-op", func(cur runtime.Object) (runtime.Object, error) { return cur, nil }},
+		{"stale update", func(cur runtime.Object) (runtime.Object, error) {
+			c := cur.(*corev1.ConfigMap)
+			c.Data["n"] = "2"
+			return c, nil
+		}},
+	}
+	for _, step := range steps {
+		var returned runtime.Object
+		out, err := b.GuaranteedUpdate(ctx, key("a", "one"), func(cur runtime.Object) (runtime.Object, error) {
+			next, err := step.fn(cur)
+			returned = next
+			return next, err
+		}, store.UpdateOptions{Suggestion: suggestion})
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if out != returned || out.(metav1.Object).GetResourceVersion() == "" {
+			t.Errorf("%s: returned %p with resourceVersion %q, want what tryUpdate returned (%p) with one",
+				step.name, out, out.(metav1.Object).GetResourceVersion(), returned)
+		}
+		if !reflect.DeepEqual(suggestion, want) {
+			t.Fatalf("%s changed the suggestion:\n got %+v\nwant %+v", step.name, suggestion, want)
+		}
 	}
 }
 
