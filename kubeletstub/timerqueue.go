@@ -83,20 +83,26 @@ func (q *timerQueue[T]) AddAt(key T, readyAt time.Time) {
 		return
 	}
 	q.mu.Lock()
-	if e, ok := q.index[key]; ok {
-		if readyAt.Before(e.readyAt) {
-			e.readyAt = readyAt
-			heap.Fix(&q.waiting, e.pos)
-		}
-	} else {
-		e := &timerEntry[T]{key: key, readyAt: readyAt}
+	e, ok := q.index[key]
+	switch {
+	case !ok:
+		e = &timerEntry[T]{key: key, readyAt: readyAt}
 		heap.Push(&q.waiting, e)
 		q.index[key] = e
+	case readyAt.Before(e.readyAt):
+		e.readyAt = readyAt
+		heap.Fix(&q.waiting, e.pos)
 	}
+	// The loop's timer is armed for the earliest deadline, so only a key that became the
+	// earliest needs it woken. A fleet re-adds each node's next heartbeat as it sends one,
+	// always behind the others: waking for those was one timer re-armed per heartbeat.
+	earliest := q.waiting[0] == e
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	if earliest {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -84,3 +84,32 @@ func TestTimerQueueShutDown(t *testing.T) {
 	}
 	q.AddAfter("ignored", time.Second) // must not panic or block
 }
+
+// TestTimerQueueWakesForNewEarliest: keys added behind the earliest leave the armed timer
+// alone, and a key that becomes the earliest (new, or an old one moved forward) re-arms it.
+func TestTimerQueueWakesForNewEarliest(t *testing.T) {
+	for _, moved := range []bool{false, true} {
+		clk := testingclock.NewFakeClock(t0)
+		q := newTimerQueue[string](clk)
+		q.start()
+		q.AddAfter("first", 10*time.Second)
+		// The goroutine sleeps on the timer for "first" before anything else comes.
+		poll.Until(t, waitTimeout, "timer armed", clk.HasWaiters)
+		for _, k := range []string{"x", "y", "z"} {
+			q.AddAfter(k, time.Hour) // behind "first"
+		}
+		if moved {
+			q.AddAfter("z", time.Second) // z moves to the front of the heap
+		} else {
+			q.AddAfter("new", time.Second)
+		}
+		want := map[bool]string{false: "new", true: "z"}[moved]
+		// Released only if the goroutine was woken to arm a timer for 1 s: the one for
+		// "first" does not fire at this step.
+		clk.Step(time.Second)
+		if k, ok := get(t, q); !ok || k != want {
+			t.Fatalf("moved=%v: got %q, %v; want %s", moved, k, ok, want)
+		}
+		q.ShutDown()
+	}
+}
