@@ -148,6 +148,9 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 	gone := false
 	dryRun := len(opts.DryRun) > 0
 	_, err := s.store.GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
+		// An attempt may be retried on a newer version (a stale cached copy, a lost race):
+		// what it decided must not outlive it.
+		last, gone = nil, false
 		if authorize != nil {
 			if err := authorize(cur); err != nil {
 				return nil, err
@@ -189,7 +192,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 			return nil, errDryRun{obj: cur}
 		}
 		return cur, nil
-	}, store.UpdateOptions{})
+	}, store.UpdateOptions{Suggestion: res.cachedCopy(key)})
 	var dr errDryRun
 	if errors.As(err, &dr) {
 		return dr.obj, gone, nil

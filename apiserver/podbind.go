@@ -71,7 +71,7 @@ func (c *call) bind() {
 			return nil, errDryRun{obj: pod}
 		}
 		return pod, nil
-	}, store.UpdateOptions{})
+	}, store.UpdateOptions{Suggestion: res.cachedCopy(key)})
 	var dr errDryRun
 	if err != nil && !errors.As(err, &dr) {
 		c.fail(err)

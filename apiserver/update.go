@@ -213,10 +213,7 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 	}
 	status := c.info.subresource == "status"
 	key := c.key(c.info.namespace, c.info.name)
-	var suggestion runtime.Object
-	if co, ok := res.cache.get(key); ok {
-		suggestion = co.object()
-	}
+	suggestion := res.cachedCopy(key)
 	var last, before runtime.Object
 	removed := false
 	pool, _ := res.strategy.(poolUser)
@@ -291,6 +288,16 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 	default:
 		c.respond(http.StatusOK, out, nil)
 	}
+}
+
+// cachedCopy returns the watch cache's copy of the object at key, to be passed to the
+// store as an update's suggestion (saving a read from etcd), or nil when the cache has none.
+// The copy is shared: it must only be read.
+func (r *resource) cachedCopy(key string) runtime.Object {
+	if co, ok := r.cache.get(key); ok {
+		return co.object()
+	}
+	return nil
 }
 
 // deletionComplete reports whether an object marked for deletion has no finalizers left
