@@ -11,6 +11,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -28,21 +29,30 @@ func BenchmarkPodCreate(b *testing.B) {
 	env := testenv.New(b, testenv.Config{})
 	pods := env.Client.CoreV1().Pods("default")
 	ctx := context.Background()
+	parallelClients(b, "pods/s", func(seq int64) error {
+		_, err := pods.Create(ctx, podOn("default", fmt.Sprintf("bench-%d", seq), ""), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// parallelClients runs op from eight goroutines a core, sharing one clientset as the
+// controllers and the fleet do, and reports the operations a second in unit. seq counts the
+// operations from 1.
+func parallelClients(b *testing.B, unit string, op func(seq int64) error) {
 	var seq atomic.Int64
 	b.SetParallelism(8)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			p := podOn("default", fmt.Sprintf("bench-%d", seq.Add(1)), "")
-			if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			if err := op(seq.Add(1)); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pods/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
 }
 
 // BenchmarkWatchFanOut measures events delivered per second to 1,000 concurrent watchers of
@@ -257,29 +267,52 @@ func BenchmarkLeaseRenew(b *testing.B) {
 		l.ManagedFields = nil // as the fleet keeps it
 		held[i] = l
 	}
-	var seq atomic.Int64
-	b.SetParallelism(8)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			i := int(seq.Add(1)) % nodes
-			locks[i].Lock()
-			l := held[i].DeepCopy()
-			now := metav1.NewMicroTime(time.Now())
-			l.Spec.RenewTime = &now
-			got, err := leases.Update(ctx, l, metav1.UpdateOptions{})
-			if err == nil {
-				got.ManagedFields = nil
-				held[i] = got
-			}
-			locks[i].Unlock()
-			if err != nil {
-				b.Error(err)
-				return
+	parallelClients(b, "renewals/s", func(seq int64) error {
+		i := int(seq) % nodes
+		locks[i].Lock()
+		defer locks[i].Unlock()
+		l := held[i].DeepCopy()
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.RenewTime = &now
+		got, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		got.ManagedFields = nil
+		held[i] = got
+		return nil
+	})
+}
+
+// BenchmarkPodLifecycleWrites measures the writes a daemon pod goes through after its
+// create, as the scheduler, the DaemonSet controller and the kubelet send them: the binding,
+// the graceful delete (which only marks it), and the kubelet's final delete. An operation is
+// all three, on a pod created before the clock starts.
+func BenchmarkPodLifecycleWrites(b *testing.B) {
+	env := testenv.New(b, testenv.Config{UnsafeNoFsync: true})
+	pods := env.Client.CoreV1().Pods("default")
+	ctx := context.Background()
+	const ready = 4096 // created in advance; b.N beyond that creates as it goes
+	for i := range ready {
+		if _, err := pods.Create(ctx, podOn("default", fmt.Sprintf("life-%d", i+1), ""), metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	grace, now := int64(30), int64(0)
+	parallelClients(b, "pods/s", func(seq int64) error {
+		name := fmt.Sprintf("life-%d", seq)
+		if seq > ready {
+			if _, err := pods.Create(ctx, podOn("default", name, ""), metav1.CreateOptions{}); err != nil {
+				return err
 			}
 		}
+		binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}
+		if err := pods.Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+			return err
+		}
+		return pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &now})
 	})
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "renewals/s")
 }
