@@ -85,8 +85,9 @@ func TestTimerQueueShutDown(t *testing.T) {
 	q.AddAfter("ignored", time.Second) // must not panic or block
 }
 
-// TestTimerQueueWakesForNewEarliest: keys added behind the earliest leave the armed timer
-// alone, and a key that becomes the earliest (new, or an old one moved forward) re-arms it.
+// TestTimerQueueWakesForNewEarliest: since keys added behind the earliest no longer wake the
+// timer goroutine, a key that becomes the earliest (new, or an old one moved forward) must:
+// it is released on time only if the goroutine re-armed its timer for it.
 func TestTimerQueueWakesForNewEarliest(t *testing.T) {
 	for _, moved := range []bool{false, true} {
 		clk := testingclock.NewFakeClock(t0)
