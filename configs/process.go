@@ -12,7 +12,7 @@ type Process struct {
 	// lazily (heap up to 5× the live objects, which is fastest), near it a memory limit of
 	// the budget holds the process to it, and once the live objects outgrow half of it the
 	// heap is held to twice the live objects, Go's default (see docs/performance.md). A
-	// Kubernetes quantity (512Mi, 2Gi); default 224Mi for every command; "0" keeps the lazy
+	// Kubernetes quantity (512Mi, 2Gi); default 208Mi for every command; "0" keeps the lazy
 	// collector at any size. The GOGC and GOMEMLIMIT environment variables, when set, win
 	// over it. Flag --memory-budget, variable MINIPLANE_MEMORY_BUDGET.
 	MemoryBudget string `mapstructure:"memory-budget" flag:"memory-budget" help:"memory the Go runtime holds to before its garbage collector keeps the heap at twice the live objects instead of five times (a quantity: 224Mi, 2Gi; 0: no limit)"`
@@ -25,7 +25,7 @@ type Process struct {
 // set stays near twice what it really holds. Raise it to buy speed with memory. A stub
 // fleet has it too: with its heartbeat workers sized to the fleet, a 10,000-node fleet kept
 // every Lease on time at a budget of this size (docs/performance.md).
-const DefaultMemoryBudget = "224Mi"
+const DefaultMemoryBudget = "208Mi"
 
 // DefaultProcess returns the defaults.
 func DefaultProcess() Process { return Process{MemoryBudget: DefaultMemoryBudget} }

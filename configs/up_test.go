@@ -15,7 +15,7 @@ func TestMemoryBudgetEverySource(t *testing.T) {
 		args []string
 		want int64
 	}{
-		{name: "default", want: 224 << 20},
+		{name: "default", want: 208 << 20},
 		{name: "file", file: "memory-budget: 1Gi\n", want: 1 << 30},
 		{name: "env over file", file: "memory-budget: 1Gi\n", env: "512Mi", want: 512 << 20},
 		{name: "flag over env", env: "512Mi", args: []string{"--memory-budget", "2Gi"}, want: 2 << 30},
