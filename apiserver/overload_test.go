@@ -99,8 +99,8 @@ func isTooManyRequests(body []byte) bool {
 }
 
 // TestOverload: with 300 readers and 100 writers against limits of 4 and 2 requests in
-// flight, the server answers the excess 429 at once (a TooManyRequests Status with
-// Retry-After: 1) and nothing else fails; administrators and a watch are served all the
+// flight, the server queues as many more as it serves and answers the rest 429 (a
+// TooManyRequests Status with Retry-After: 1), and nothing else fails; administrators and a watch are served all the
 // same; its memory stays bounded during the storm and returns afterwards; every write it
 // accepted is stored and no rejected one is. (Without the limits, the same storm takes the
 // heap some 400 MiB up.)

@@ -46,7 +46,8 @@ type Server struct {
 	authn   *auth.TokenAuthenticator
 	authz   auth.Chain
 	metrics *metrics
-	// inflight answers 429 beyond --max-requests-inflight and --max-mutating-requests-inflight.
+	// inflight queues, then answers 429, beyond --max-requests-inflight and
+	// --max-mutating-requests-inflight.
 	inflight *inflightLimiter
 	handler  http.Handler
 	nsFinal  *namespaceFinalizer
@@ -141,7 +142,7 @@ func New(opts Options) (*Server, error) {
 	for _, r := range s.reg.resources() {
 		r.cache.readWait = s.metrics.cacheReadWait.WithLabelValues(r.group, r.name)
 	}
-	s.inflight = newInflightLimiter(s.cfg.MaxRequestsInflight, s.cfg.MaxMutatingRequestsInflight, func(st *requestState) bool {
+	s.inflight = newInflightLimiter(s.cfg.MaxRequestsInflight, s.cfg.MaxMutatingRequestsInflight, s.cfg.InflightQueueWait, func(st *requestState) bool {
 		return st.user != nil && st.user.InGroup(s.cfg.AdminGroups...)
 	})
 	s.metrics.registry.MustRegister(s.inflight.collectors()...)

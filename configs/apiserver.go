@@ -114,15 +114,21 @@ type APIServer struct {
 	// Flag --advertise-address.
 	AdvertiseAddress string `mapstructure:"advertise-address" flag:"advertise-address" help:"IP the kubernetes Service's endpoints name (default: the host of --listen)"`
 	// MaxRequestsInflight bounds the non-mutating requests (get, list, discovery) served at
-	// once; beyond it the server answers 429 TooManyRequests with Retry-After: 1. Watches
-	// and pods/log do not count, and members of AdminGroups are served anyway, as
-	// kube-apiserver serves system:masters. Default 400, as kube-apiserver; 0 disables.
+	// once; beyond it a request waits in a short queue (InflightQueueWait), then the server
+	// answers 429 TooManyRequests with Retry-After: 1. Watches and pods/log do not count,
+	// and members of AdminGroups are served anyway, as kube-apiserver serves system:masters. Default 400, as kube-apiserver; 0 disables.
 	// Flag --max-requests-inflight.
-	MaxRequestsInflight int `mapstructure:"max-requests-inflight" flag:"max-requests-inflight" help:"non-mutating requests served at once; more get 429 (watches and pods/log do not count; admins are exempt; 0 disables)"`
+	MaxRequestsInflight int `mapstructure:"max-requests-inflight" flag:"max-requests-inflight" help:"non-mutating requests served at once; more queue, then get 429 (watches and pods/log do not count; admins are exempt; 0 disables)"`
 	// MaxMutatingRequestsInflight is MaxRequestsInflight for create, update, patch and
 	// delete; default 200, as kube-apiserver; 0 disables. Flag
 	// --max-mutating-requests-inflight.
-	MaxMutatingRequestsInflight int `mapstructure:"max-mutating-requests-inflight" flag:"max-mutating-requests-inflight" help:"mutating requests served at once; more get 429 (admins are exempt; 0 disables)"`
+	MaxMutatingRequestsInflight int `mapstructure:"max-mutating-requests-inflight" flag:"max-mutating-requests-inflight" help:"mutating requests served at once; more queue, then get 429 (admins are exempt; 0 disables)"`
+	// InflightQueueWait is the longest a request waits for a slot when its kind's limit is
+	// reached, as kube-apiserver's priority and fairness queues requests: at most as many
+	// wait as the limit allows in flight, and a request that finds the queue full or waits
+	// longer gets the 429. Default 1s, the Retry-After a refused client would wait anyway;
+	// 0 refuses at once. Flag --inflight-queue-wait.
+	InflightQueueWait time.Duration `mapstructure:"inflight-queue-wait" flag:"inflight-queue-wait" help:"longest a request waits for a slot beyond the in-flight limits before it gets 429 (as many may wait as the limit serves; 0: refuse at once)"`
 	// Profiling serves Go's profiles under /debug/pprof/ to administrators only; default
 	// true, as kube-apiserver's --profiling. Flag --profiling.
 	Profiling bool `mapstructure:"profiling" flag:"profiling" help:"serve /debug/pprof/ to administrators"`
@@ -151,6 +157,7 @@ func DefaultAPIServer() APIServer {
 		// kube-apiserver's defaults.
 		MaxRequestsInflight:         400,
 		MaxMutatingRequestsInflight: 200,
+		InflightQueueWait:           time.Second,
 		Profiling:                   true,
 		UI:                          DefaultUI(),
 
@@ -203,6 +210,8 @@ func (c APIServer) Validate() error {
 		return invalid("max-requests-inflight", "must not be negative (0 disables the limit)")
 	case c.MaxMutatingRequestsInflight < 0:
 		return invalid("max-mutating-requests-inflight", "must not be negative (0 disables the limit)")
+	case c.InflightQueueWait < 0:
+		return invalid("inflight-queue-wait", "must not be negative (0 refuses at once)")
 	case c.ServiceAccountIssuer == "":
 		return invalid("service-account-issuer", "must not be empty")
 	case c.ServiceAccountMaxTokenExpiration < 0:

@@ -3,30 +3,31 @@ package configs
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
 
 // TestAPIServerLimitsAndProfiling: the in-flight limits default to kube-apiserver's 400 and
-// 200 and profiling to on; the flags set them; 0 disables a limit and a negative one is
-// refused by name.
+// 200, the queue wait to 1s and profiling to on; the flags set them; 0 disables a limit and
+// a negative limit or wait is refused by name.
 func TestAPIServerLimitsAndProfiling(t *testing.T) {
 	d := DefaultAPIServer()
-	if d.MaxRequestsInflight != 400 || d.MaxMutatingRequestsInflight != 200 || !d.Profiling {
-		t.Fatalf("defaults: %d, %d, profiling %v; want 400, 200, true", d.MaxRequestsInflight, d.MaxMutatingRequestsInflight, d.Profiling)
+	if d.MaxRequestsInflight != 400 || d.MaxMutatingRequestsInflight != 200 || d.InflightQueueWait != time.Second || !d.Profiling {
+		t.Fatalf("defaults: %d, %d, wait %v, profiling %v; want 400, 200, 1s, true", d.MaxRequestsInflight, d.MaxMutatingRequestsInflight, d.InflightQueueWait, d.Profiling)
 	}
 
 	cfg := DefaultAPIServer()
 	flags := pflag.NewFlagSet("apiserver", pflag.ContinueOnError)
 	b := Bind(flags, &cfg)
-	if err := flags.Parse([]string{"--max-requests-inflight=0", "--max-mutating-requests-inflight=7", "--profiling=false"}); err != nil {
+	if err := flags.Parse([]string{"--max-requests-inflight=0", "--max-mutating-requests-inflight=7", "--inflight-queue-wait=250ms", "--profiling=false"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Load(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MaxRequestsInflight != 0 || cfg.MaxMutatingRequestsInflight != 7 || cfg.Profiling {
-		t.Errorf("from flags: %d, %d, profiling %v; want 0, 7, false", cfg.MaxRequestsInflight, cfg.MaxMutatingRequestsInflight, cfg.Profiling)
+	if cfg.MaxRequestsInflight != 0 || cfg.MaxMutatingRequestsInflight != 7 || cfg.InflightQueueWait != 250*time.Millisecond || cfg.Profiling {
+		t.Errorf("from flags: %d, %d, wait %v, profiling %v; want 0, 7, 250ms, false", cfg.MaxRequestsInflight, cfg.MaxMutatingRequestsInflight, cfg.InflightQueueWait, cfg.Profiling)
 	}
 
 	tests := []struct {
@@ -38,6 +39,8 @@ func TestAPIServerLimitsAndProfiling(t *testing.T) {
 		{"both limits off", func(c *APIServer) { c.MaxRequestsInflight, c.MaxMutatingRequestsInflight = 0, 0 }, ""},
 		{"negative read limit", func(c *APIServer) { c.MaxRequestsInflight = -1 }, "max-requests-inflight"},
 		{"negative write limit", func(c *APIServer) { c.MaxMutatingRequestsInflight = -5 }, "max-mutating-requests-inflight"},
+		{"no queue", func(c *APIServer) { c.InflightQueueWait = 0 }, ""},
+		{"negative queue wait", func(c *APIServer) { c.InflightQueueWait = -time.Second }, "inflight-queue-wait"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

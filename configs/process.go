@@ -15,7 +15,7 @@ type Process struct {
 	// Kubernetes quantity (512Mi, 2Gi); default 208Mi for every command; "0" keeps the lazy
 	// collector at any size. The GOGC and GOMEMLIMIT environment variables, when set, win
 	// over it. Flag --memory-budget, variable MINIPLANE_MEMORY_BUDGET.
-	MemoryBudget string `mapstructure:"memory-budget" flag:"memory-budget" help:"memory the Go runtime holds to before its garbage collector keeps the heap at twice the live objects instead of five times (a quantity: 224Mi, 2Gi; 0: no limit)"`
+	MemoryBudget string `mapstructure:"memory-budget" flag:"memory-budget" help:"memory the Go runtime holds to before its garbage collector keeps the heap at twice the live objects instead of five times (a quantity: 208Mi, 2Gi; 0: no limit)"`
 }
 
 // DefaultMemoryBudget is the default MemoryBudget. It is small on purpose: a control plane
