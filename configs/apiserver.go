@@ -116,8 +116,8 @@ type APIServer struct {
 	// MaxRequestsInflight bounds the non-mutating requests (get, list, discovery) served at
 	// once; beyond it a request waits in a short queue (InflightQueueWait), then the server
 	// answers 429 TooManyRequests with Retry-After: 1. Watches and pods/log do not count,
-	// and members of AdminGroups are served anyway, as kube-apiserver serves system:masters. Default 400, as kube-apiserver; 0 disables.
-	// Flag --max-requests-inflight.
+	// and members of AdminGroups are served anyway, as kube-apiserver serves system:masters.
+	// Default 400, as kube-apiserver; 0 disables. Flag --max-requests-inflight.
 	MaxRequestsInflight int `mapstructure:"max-requests-inflight" flag:"max-requests-inflight" help:"non-mutating requests served at once; more queue, then get 429 (watches and pods/log do not count; admins are exempt; 0 disables)"`
 	// MaxMutatingRequestsInflight is MaxRequestsInflight for create, update, patch and
 	// delete; default 200, as kube-apiserver; 0 disables. Flag
