@@ -88,6 +88,7 @@ func TestPodHandlers(t *testing.T) {
 	statusOnly := orphanPod.DeepCopy()
 	statusOnly.ResourceVersion = "2"
 	statusOnly.Status.Phase = corev1.PodSucceeded
+	notAwaited := newDaemonPodFor(ds, "n", "h")
 	foreign := owned.DeepCopy()
 	foreign.OwnerReferences[0].UID = "stale-uid"
 
@@ -117,13 +118,14 @@ func TestPodHandlers(t *testing.T) {
 			c.deletePod(cache.DeletedFinalStateUnknown{Key: "default/x", Obj: owned})
 		}, 0, []string{"default/web"}, 2, 1, nil},
 		{"delete orphan: nothing", func(c *Controller) { c.deletePod(orphanPod) }, 0, nil, 2, 2, nil},
+		{"delete of a pod not waited for: owner woken, expectations unchanged", func(c *Controller) { c.deletePod(notAwaited) }, 0, []string{"default/web"}, 2, 2, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ds := ds.DeepCopy()
 			ds.Spec.MinReadySeconds = tt.minReady
 			f := newFixture(t, objects(ds, other, unrelated))
-			f.c.expectations.Set("default/web", 2, 2)
+			f.c.expectations.Set("default/web", 2, []string{owned.Name, "web-other"})
 			tt.do(f.c)
 			if got := drainQueue(f); !reflect.DeepEqual(got, sortedCopy(tt.wantQueue)) {
 				t.Errorf("queue = %v, want %v", got, tt.wantQueue)
@@ -152,7 +154,7 @@ func TestDaemonSetHandlers(t *testing.T) {
 		t.Errorf("update: queue %v", got)
 	}
 	// Recreated under the same name: the old one's expectations go.
-	f.c.expectations.Set("default/web", 3, 0)
+	f.c.expectations.Set("default/web", 3, nil)
 	recreated := ds.DeepCopy()
 	recreated.UID = "new"
 	f.c.onUpdateDaemonSet(ds, recreated)
@@ -160,7 +162,7 @@ func TestDaemonSetHandlers(t *testing.T) {
 		t.Error("UID change must clear expectations")
 	}
 	drainQueue(f)
-	f.c.expectations.Set("default/web", 3, 0)
+	f.c.expectations.Set("default/web", 3, nil)
 	f.c.suspended.set("n", "default/web", true)
 	f.c.deleteDaemonSet(cache.DeletedFinalStateUnknown{Key: "default/web", Obj: ds})
 	if _, _, ok := f.c.expectations.get("default/web"); ok {

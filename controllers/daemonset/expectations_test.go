@@ -10,7 +10,8 @@ import (
 func TestExpectations(t *testing.T) {
 	type step struct {
 		op            string // set, create, delete, lower, wait, drop
-		add, del      int
+		add           int
+		del           []string // set: the pods to delete; delete: the pod observed
 		wait          time.Duration
 		wantSatisfied bool
 	}
@@ -19,21 +20,32 @@ func TestExpectations(t *testing.T) {
 		steps []step
 	}{
 		{"no record is satisfied", []step{{op: "create", wantSatisfied: true}}},
-		{"observations on a missing record stay missing", []step{{op: "create", wantSatisfied: true}, {op: "delete", wantSatisfied: true}, {op: "set", add: 1, wantSatisfied: false}}},
+		{"observations on a missing record stay missing", []step{{op: "create", wantSatisfied: true}, {op: "delete", del: []string{"a"}, wantSatisfied: true}, {op: "set", add: 1, wantSatisfied: false}}},
 		{"creations count down", []step{
 			{op: "set", add: 2, wantSatisfied: false},
 			{op: "create", wantSatisfied: false},
 			{op: "create", wantSatisfied: true},
 		}},
-		{"both counts must reach zero", []step{
-			{op: "set", add: 1, del: 1, wantSatisfied: false},
+		{"creations and deletions must both be seen", []step{
+			{op: "set", add: 1, del: []string{"a"}, wantSatisfied: false},
 			{op: "create", wantSatisfied: false},
-			{op: "delete", wantSatisfied: true},
+			{op: "delete", del: []string{"a"}, wantSatisfied: true},
 		}},
-		{"negative is satisfied", []step{
-			{op: "set", del: 1, wantSatisfied: false},
-			{op: "delete", wantSatisfied: true},
-			{op: "delete", wantSatisfied: true},
+		{"a deletion is observed once, however often it is seen", []step{
+			{op: "set", del: []string{"a", "b"}, wantSatisfied: false},
+			{op: "delete", del: []string{"a"}, wantSatisfied: false},
+			{op: "delete", del: []string{"a"}, wantSatisfied: false},
+			{op: "delete", del: []string{"b"}, wantSatisfied: true},
+		}},
+		{"a pod not waited for changes nothing", []step{
+			{op: "set", del: []string{"a"}, wantSatisfied: false},
+			{op: "delete", del: []string{"old"}, wantSatisfied: false},
+			{op: "delete", del: []string{"a"}, wantSatisfied: true},
+		}},
+		{"surplus creations are satisfied", []step{
+			{op: "set", add: 1, wantSatisfied: false},
+			{op: "create", wantSatisfied: true},
+			{op: "create", wantSatisfied: true},
 		}},
 		{"lower for skipped creates", []step{
 			{op: "set", add: 7, wantSatisfied: false},
@@ -73,9 +85,9 @@ func TestExpectations(t *testing.T) {
 				case "create":
 					e.CreationObserved("k")
 				case "delete":
-					e.DeletionObserved("k")
+					e.DeletionObserved("k", s.del[0])
 				case "lower":
-					e.Lower("k", s.add, s.del)
+					e.LowerCreations("k", s.add)
 				case "wait":
 					clk.Step(s.wait)
 				case "drop":

@@ -148,8 +148,8 @@ func (c *Controller) updatePod(oldObj, curObj any) {
 	}
 	c.steady.bumpPods(append(podInputKeys(old), podInputKeys(cur)...)...)
 	if cur.DeletionTimestamp != nil {
-		// A graceful deletion began; its final removal will be observed again, which is why
-		// deletion counts may go negative.
+		// A graceful deletion began. Its later updates and its final removal are observed
+		// again; expectations ignore deletions they no longer wait for.
 		c.deletePod(cur)
 		return
 	}
@@ -214,7 +214,7 @@ func (c *Controller) deletePod(obj any) {
 		return
 	}
 	key, _ := cache.MetaNamespaceKeyFunc(ds)
-	c.expectations.DeletionObserved(key)
+	c.expectations.DeletionObserved(key, pod.Name)
 	c.queue.Add(key)
 }
 

@@ -431,7 +431,7 @@ func (c *Controller) syncNodes(ctx context.Context, s *syncState, podsToDelete, 
 	ds, key := s.ds, s.key
 	createDiff := min(len(nodesNeeding), c.cfg.BurstReplicas)
 	deleteDiff := min(len(podsToDelete), c.cfg.BurstReplicas)
-	c.expectations.Set(key, createDiff, deleteDiff)
+	c.expectations.Set(key, createDiff, podsToDelete[:deleteDiff])
 
 	errCh := make(chan error, createDiff+deleteDiff)
 	template := podTemplate(ds, s.hash)
@@ -460,7 +460,7 @@ func (c *Controller) syncNodes(ctx context.Context, s *syncState, podsToDelete, 
 		wg.Wait()
 		if skipped := createDiff - (pos + batchSize); len(errCh) > errorsBefore && skipped > 0 {
 			s.log.Debug("slow-start failure, skipping remaining creates", "skipped", skipped)
-			c.expectations.Lower(key, skipped, 0)
+			c.expectations.LowerCreations(key, skipped)
 			break
 		}
 	}
@@ -471,7 +471,7 @@ func (c *Controller) syncNodes(ctx context.Context, s *syncState, podsToDelete, 
 		go func() {
 			defer wg.Done()
 			if err := c.podControl.DeletePod(ctx, ds, name); err != nil {
-				c.expectations.DeletionObserved(key)
+				c.expectations.DeletionObserved(key, name)
 				if !apierrors.IsNotFound(err) {
 					s.log.Debug("failed to delete daemon pod", "pod", name, "err", err)
 					errCh <- err

@@ -475,7 +475,7 @@ func TestSyncEarlyExits(t *testing.T) {
 	})
 	t.Run("not found forgets expectations", func(t *testing.T) {
 		f := newFixture(t, nil)
-		f.c.expectations.Set("default/web", 3, 0)
+		f.c.expectations.Set("default/web", 3, nil)
 		f.mustSync(newDS("web"))
 		if _, _, ok := f.c.expectations.get("default/web"); ok {
 			t.Error("expectations kept")

@@ -3,6 +3,7 @@ package daemonset
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -363,5 +364,59 @@ func TestUpdatedDesiredNodeCounts(t *testing.T) {
 				t.Errorf("budget = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestStaleDeletionKeepsTheBudget: the removal of a pod the controller stopped waiting for
+// long ago must not stand in for the deletion it is waiting for now. Node-0's old pod has
+// finished and been replaced, but its final removal reaches the informer only after the
+// rolling update deleted the next old pod. Were that removal counted against the pending
+// deletion, the next sync would act on a cache that still shows the deleted pod available
+// and delete a second one, two unavailable nodes against a budget of one.
+func TestStaleDeletionKeepsTheBudget(t *testing.T) {
+	ds := newDS("web", withMaxUnavailable(intstr.FromInt32(1)))
+	hash := hashOf(ds)
+	finished := newDaemonPodFor(ds, "node-0", "old", phase(corev1.PodSucceeded), terminating)
+	pods := []*corev1.Pod{
+		finished,
+		newDaemonPodFor(ds, "node-0", hash, ready(t0.Add(-time.Hour))),
+		newDaemonPodFor(ds, "node-1", "old", ready(t0.Add(-time.Hour))),
+		newDaemonPodFor(ds, "node-2", "old", ready(t0.Add(-time.Hour))),
+	}
+	f := newFixture(t, objects(ds, nodes(3), pods))
+	f.mustSync(ds)
+	first := f.deletedPods()
+	if len(first) != 1 {
+		t.Fatalf("first sync deleted %v, want one old pod", first)
+	}
+
+	// The finished pod's removal arrives; the deletion just issued has not been seen yet.
+	f.c.deletePod(finished)
+	if f.c.expectations.Satisfied("default/web") {
+		t.Error("another pod's removal satisfied the pending deletion")
+	}
+	if err := f.syncFresh(ds); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.deletedPods(); len(got) != 0 {
+		t.Fatalf("sync on a stale cache deleted %v as well as %v", got, first)
+	}
+
+	// Now the deletion itself is observed: the node counts as unavailable and the budget
+	// stays spent.
+	was := pods[slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.Name == first[0] })]
+	gone := was.DeepCopy()
+	gone.ResourceVersion = "2"
+	terminating(gone)
+	f.addToCache(gone)
+	f.c.updatePod(was, gone)
+	if !f.c.expectations.Satisfied("default/web") {
+		t.Fatal("the deletion was observed but expectations are not satisfied")
+	}
+	if err := f.syncFresh(ds); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.deletedPods(); len(got) != 0 {
+		t.Errorf("deleted %v while %s is still terminating", got, first[0])
 	}
 }
