@@ -8,7 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	networkingv1beta1 "k8s.io/api/networking/v1beta1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,7 +22,7 @@ import (
 
 // Admission runs between decoding and storage, in the order kube-apiserver runs the plugins
 // miniplane has: NamespaceLifecycle (checkNamespaceOpen, before everything), then the
-// mutating ServiceAccount and Priority plugins, then the kind's own validation, then the
+// mutating ServiceAccount, Priority, DefaultStorageClass and DefaultIngressClass plugins, then the kind's own validation, then the
 // validating plugins: RBAC's escalation check (which kube-apiserver makes in the RBAC
 // kinds' storage) and ResourceQuota, which charges the quota last, so that nothing refused
 // later has been counted. Updates run the validating plugins only.
@@ -68,6 +71,8 @@ type admissionPlugin struct {
 var admissionPlugins = []admissionPlugin{
 	{name: "ServiceAccount", phase: mutating, admit: admitServiceAccount},
 	{name: "Priority", phase: mutating, admit: admitPriority},
+	{name: "DefaultStorageClass", phase: mutating, admit: admitDefaultStorageClass},
+	{name: "DefaultIngressClass", phase: mutating, admit: admitDefaultIngressClass},
 	{name: "RBACEscalation", phase: validating, admit: admitRBACEscalation},
 	{name: "ResourceQuota", phase: validating, admit: admitQuota},
 }
@@ -89,6 +94,10 @@ var (
 	podsResource            = corev1.Resource("pods")
 	serviceAccountsResource = corev1.Resource("serviceaccounts")
 	priorityClassesResource = schedulingv1.Resource("priorityclasses")
+	ingressesResource       = networkingv1.Resource("ingresses")
+	ingressClassesResource  = networkingv1.Resource("ingressclasses")
+	claimsResource          = corev1.Resource("persistentvolumeclaims")
+	storageClassesResource  = storagev1.Resource("storageclasses")
 )
 
 // defaultServiceAccountName is the ServiceAccount every namespace has and pods run as
@@ -193,6 +202,73 @@ func defaultPriorityClass(classes []runtime.Object) *schedulingv1.PriorityClass 
 	return def
 }
 
+// admitDefaultIngressClass is the DefaultIngressClass plugin: a new Ingress that names no
+// class, by field or by the older annotation, gets the default IngressClass, the newest
+// one should several be marked default.
+func admitDefaultIngressClass(s *Server, ctx context.Context, a *admission) error {
+	if a.op != opCreate || !a.is(ingressesResource) {
+		return nil
+	}
+	ing := a.obj.(*networkingv1.Ingress)
+	if _, annotated := ing.Annotations[networkingv1beta1.AnnotationIngressClass]; ing.Spec.IngressClassName != nil || annotated {
+		return nil
+	}
+	classes, err := s.cachedOwn(ctx, ingressClassesResource, "")
+	if err != nil {
+		return err
+	}
+	if def := newestDefault(classes, networkingv1.AnnotationIsDefaultIngressClass); def != "" {
+		ing.Spec.IngressClassName = &def
+	}
+	return nil
+}
+
+// admitDefaultStorageClass is the DefaultStorageClass plugin: a new claim that leaves its
+// storage class unset (not set to "", which asks for none) gets the default StorageClass,
+// the newest one should several be marked default.
+func admitDefaultStorageClass(s *Server, ctx context.Context, a *admission) error {
+	if a.op != opCreate || !a.is(claimsResource) {
+		return nil
+	}
+	pvc := a.obj.(*corev1.PersistentVolumeClaim)
+	if pvc.Spec.StorageClassName != nil {
+		return nil
+	}
+	classes, err := s.cachedOwn(ctx, storageClassesResource, "")
+	if err != nil {
+		return err
+	}
+	if def := newestDefault(classes, defaultStorageClassAnnotations...); def != "" {
+		pvc.Spec.StorageClassName = &def
+	}
+	return nil
+}
+
+// newestDefault names the newest of objs that one of the annotations marks the default
+// ("true"), by creation time and then by name, as upstream's default-class plugins choose;
+// "" when none is.
+func newestDefault(objs []runtime.Object, annotations ...string) string {
+	var best metav1.Object
+	for _, obj := range objs {
+		m := obj.(metav1.Object)
+		if !isDefaultClass(m.GetAnnotations(), annotations) {
+			continue
+		}
+		if best == nil {
+			best = m
+			continue
+		}
+		t, bt := m.GetCreationTimestamp().UnixNano(), best.GetCreationTimestamp().UnixNano()
+		if t > bt || (t == bt && m.GetName() < best.GetName()) {
+			best = m
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.GetName()
+}
+
 // lookup reads one object of a served resource: from its watch cache, or from etcd when
 // the cache has not seen it (it may have been created a moment ago). The error is a
 // NotFound status when there is no such object.
@@ -255,9 +331,13 @@ func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Obj
 		s.ensureDefaultServiceAccount(ctx, m.GetName())
 	}
 	if res.notRunBy != "" {
+		effect := res.notRunEffect
+		if effect == "" {
+			effect = "no pods are created for it"
+		}
 		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NoController", fmt.Sprintf(
-			"miniplane runs no %s controller: this %s is stored and served, but nothing acts on it (no pods are created for it)",
-			res.notRunBy, res.kind))
+			"miniplane runs no %s controller: this %s is stored and served, but nothing acts on it (%s)",
+			res.notRunBy, res.kind, effect))
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	storagev1 "k8s.io/api/storage/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -189,14 +189,14 @@ func hasQueryParam3(params []*spec3.Parameter, name string) bool {
 func TestOpenAPIRejectsKindWithoutSchema(t *testing.T) {
 	reg := builtinRegistry(t)
 	if err := reg.register(&resource{
-		group: "storage.k8s.io", version: "v1", name: "storageclasses", kind: "StorageClass", singular: "storageclass",
-		newFunc: func() runtime.Object { return &storagev1.StorageClass{} }, newListFunc: func() runtime.Object { return &storagev1.StorageClassList{} },
+		group: "certificates.k8s.io", version: "v1", name: "certificatesigningrequests", kind: "CertificateSigningRequest", singular: "certificatesigningrequest",
+		newFunc: func() runtime.Object { return &certificatesv1.CertificateSigningRequest{} }, newListFunc: func() runtime.Object { return &certificatesv1.CertificateSigningRequestList{} },
 		strategy: leaseStrategy{},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := buildOpenAPI(reg.resources())
-	if err == nil || !strings.Contains(err.Error(), "io.k8s.api.storage.v1.StorageClass") {
+	if err == nil || !strings.Contains(err.Error(), "io.k8s.api.certificates.v1.CertificateSigningRequest") {
 		t.Fatalf("building OpenAPI with a kind lacking definitions: %v", err)
 	}
 }
@@ -341,15 +341,15 @@ func TestOpenAPIDocsRebuild(t *testing.T) {
 	if again := v2(); again != first {
 		t.Fatal("the documents were rebuilt without a registry change")
 	}
-	const path = "/api/v1/namespaces/{namespace}/replicationcontrollers/{name}"
+	const path = "/api/v1/namespaces/{namespace}/componentstatuses/{name}"
 	if _, ok := first.Paths.Paths[path]; ok {
-		t.Fatal("replicationcontrollers described before they are registered")
+		t.Fatal("componentstatuses described before they are registered")
 	}
-	if err := reg.register(replicationControllerResource()); err != nil {
+	if err := reg.register(componentStatusResource()); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := v2().Paths.Paths[path]; !ok {
-		t.Fatal("v2 lacks replicationcontrollers after they were registered")
+		t.Fatal("v2 lacks componentstatuses after they were registered")
 	}
 	_, v3, schemas, err := d.current()
 	if err != nil {
@@ -360,11 +360,11 @@ func TestOpenAPIDocsRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p := core.Paths.Paths[path]; p == nil || p.Patch == nil {
-		t.Fatal("v3 lacks replicationcontrollers after they were registered")
+		t.Fatal("v3 lacks componentstatuses after they were registered")
 	}
-	const name = "io.k8s.api.core.v1.ReplicationController"
+	const name = "io.k8s.api.core.v1.ComponentStatus"
 	if core.Components.Schemas[name] == nil {
-		t.Fatal("v3 lacks the ReplicationController schema")
+		t.Fatal("v3 lacks the ComponentStatus schema")
 	}
 	if s, _, err := schemas.Get(); err != nil || s[name] == nil {
 		t.Fatalf("the field managers' schemas lack %s (%v)", name, err)
@@ -375,7 +375,7 @@ func TestOpenAPIDocsRebuild(t *testing.T) {
 // documents, are the components of all the v3 documents, custom resources' included.
 func TestOpenAPISchemasMatchDocuments(t *testing.T) {
 	reg := builtinRegistry(t)
-	if err := reg.register(replicationControllerResource()); err != nil {
+	if err := reg.register(componentStatusResource()); err != nil {
 		t.Fatal(err)
 	}
 	crd := &apiextensionsv1.CustomResourceDefinition{

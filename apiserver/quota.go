@@ -79,6 +79,23 @@ func quotaUsage(res *resource, obj runtime.Object) corev1.ResourceList {
 		usage[corev1.ResourceSecrets] = one
 	case *corev1.ResourceQuota:
 		usage[corev1.ResourceQuotas] = one
+	case *corev1.ReplicationController:
+		usage[corev1.ResourceReplicationControllers] = one
+	case *corev1.PersistentVolumeClaim:
+		// As upstream's claim evaluator: the claim and its requested storage, overall and
+		// per storage class.
+		usage[corev1.ResourcePersistentVolumeClaims] = one
+		size, sized := o.Spec.Resources.Requests[corev1.ResourceStorage]
+		if sized {
+			usage[corev1.ResourceRequestsStorage] = size
+		}
+		if class := o.Spec.StorageClassName; class != nil && *class != "" {
+			prefix := *class + ".storageclass.storage.k8s.io/"
+			usage[corev1.ResourceName(prefix+string(corev1.ResourcePersistentVolumeClaims))] = one
+			if sized {
+				usage[corev1.ResourceName(prefix+string(corev1.ResourceRequestsStorage))] = size
+			}
+		}
 	}
 	return usage
 }

@@ -29,12 +29,12 @@ func builtinRegistry(t testing.TB) *registry {
 	return reg
 }
 
-// replicationControllerResource is a valid entry for a kind miniplane does not serve, the way a
+// componentStatusResource is a valid entry for a kind miniplane does not serve, the way a
 // new kind is registered. Registration never calls the strategy, so any will do.
-func replicationControllerResource() *resource {
+func componentStatusResource() *resource {
 	return &resource{
-		version: "v1", name: "replicationcontrollers", kind: "ReplicationController", singular: "replicationcontroller", namespaced: true,
-		newFunc: func() runtime.Object { return &corev1.ReplicationController{} }, newListFunc: func() runtime.Object { return &corev1.ReplicationControllerList{} },
+		version: "v1", name: "componentstatuses", kind: "ComponentStatus", singular: "componentstatus", namespaced: true,
+		newFunc: func() runtime.Object { return &corev1.ComponentStatus{} }, newListFunc: func() runtime.Object { return &corev1.ComponentStatusList{} },
 		strategy: leaseStrategy{},
 	}
 }
@@ -52,17 +52,17 @@ func TestRegister(t *testing.T) {
 		{"no strategy", func(r *resource) { r.strategy = nil }, "lacks strategy"},
 		{"no Go types", func(r *resource) { r.newFunc, r.newListFunc = nil, nil }, "lacks newFunc, newListFunc"},
 		{"no version", func(r *resource) { r.version = "" }, "lacks version"},
-		{"upper-case name", func(r *resource) { r.name = "ReplicationControllers" }, "must be lower case"},
+		{"upper-case name", func(r *resource) { r.name = "ComponentStatuses" }, "must be lower case"},
 		{"subresource twice", func(r *resource) { r.subresources = []subresource{statusSubresource, statusSubresource} }, `subresource "status" needs a unique name`},
 		{"subresource without verbs", func(r *resource) { r.subresources = []subresource{{name: "scale"}} }, `subresource "scale" needs a unique name and verbs`},
 		{"metadata field declared", func(r *resource) {
-			r.fields = fieldsOf(map[string]func(*corev1.ReplicationController) string{"metadata.name": func(rc *corev1.ReplicationController) string { return rc.Name }})
+			r.fields = fieldsOf(map[string]func(*corev1.ComponentStatus) string{"metadata.name": func(rc *corev1.ComponentStatus) string { return rc.Name }})
 		}, "metadata.name is selectable for every kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := builtinRegistry(t)
 			before := len(reg.resources())
-			r := replicationControllerResource()
+			r := componentStatusResource()
 			tc.change(r)
 			err := reg.register(r)
 			if tc.wantErr == "" {
@@ -112,13 +112,13 @@ func TestLookup(t *testing.T) {
 			t.Errorf("lookupKind(%s) does not find the entry lookup found", r.gvk())
 		}
 	}
-	if r := reg.lookupKind(schema.GroupVersionKind{Version: "v1", Kind: "ReplicationController"}); r != nil {
-		t.Errorf("lookupKind(ReplicationController) = %v, want nothing", r)
+	if r := reg.lookupKind(schema.GroupVersionKind{Version: "v1", Kind: "ComponentStatus"}); r != nil {
+		t.Errorf("lookupKind(ComponentStatus) = %v, want nothing", r)
 	}
 	want := []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
 		{Group: "batch", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "scheduling.k8s.io", Version: "v1"},
 		{Group: "rbac.authorization.k8s.io", Version: "v1"}, {Group: "networking.k8s.io", Version: "v1"}, {Group: "discovery.k8s.io", Version: "v1"},
-		{Group: "apiextensions.k8s.io", Version: "v1"}}
+		{Group: "apiextensions.k8s.io", Version: "v1"}, {Group: "storage.k8s.io", Version: "v1"}, {Group: "node.k8s.io", Version: "v1"}}
 	if got := reg.groupVersions(); !reflect.DeepEqual(got, want) {
 		t.Errorf("groupVersions = %v, want %v", got, want)
 	}
@@ -301,7 +301,7 @@ func TestRegisterWhileServing(t *testing.T) {
 		}()
 	}
 	for i := 0; i < 50; i++ {
-		r := replicationControllerResource()
+		r := componentStatusResource()
 		r.group = "example.com"
 		r.name = "widgets" + strings.Repeat("x", i)
 		r.kind = "Widget" + strings.Repeat("X", i)

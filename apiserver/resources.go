@@ -13,9 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -166,6 +168,9 @@ type resource struct {
 	// every new object gets a Warning event saying so, so that nobody mistakes it for
 	// running.
 	notRunBy string
+	// notRunEffect says what the missing controller would have done, for that event;
+	// empty means "no pods are created for it".
+	notRunEffect string
 
 	// cache is the resource's watch cache, set before the resource is served.
 	cache *cacher
@@ -289,7 +294,7 @@ type builtinDeps struct {
 // builtinResources are the kinds every miniplane serves, in discovery order.
 func builtinResources(deps builtinDeps) []*resource {
 	var out []*resource
-	for _, group := range [][]*resource{coreResources(deps), appsResources(), otherResources()} {
+	for _, group := range [][]*resource{coreResources(deps), appsResources(), otherResources(), storageAndNodeResources()} {
 		out = append(out, group...)
 	}
 	return out
@@ -353,6 +358,9 @@ func coreResources(deps builtinDeps) []*resource {
 	newRQ, newRQList := listOf[corev1.ResourceQuota, corev1.ResourceQuotaList]()
 	newLR, newLRList := listOf[corev1.LimitRange, corev1.LimitRangeList]()
 	newPT, newPTList := listOf[corev1.PodTemplate, corev1.PodTemplateList]()
+	newPVC, newPVCList := listOf[corev1.PersistentVolumeClaim, corev1.PersistentVolumeClaimList]()
+	newPV, newPVList := listOf[corev1.PersistentVolume, corev1.PersistentVolumeList]()
+	newRC, newRCList := listOf[corev1.ReplicationController, corev1.ReplicationControllerList]()
 	return append(out,
 		&resource{version: "v1", name: "configmaps", kind: "ConfigMap", singular: "configmap", namespaced: true,
 			shortNames: []string{"cm"}, newFunc: newCM, newListFunc: newCMList, strategy: configMapRules},
@@ -373,6 +381,20 @@ func coreResources(deps builtinDeps) []*resource {
 			shortNames: []string{"limits"}, newFunc: newLR, newListFunc: newLRList, strategy: limitRangeRules},
 		&resource{version: "v1", name: "podtemplates", kind: "PodTemplate", singular: "podtemplate", namespaced: true,
 			newFunc: newPT, newListFunc: newPTList, strategy: podTemplateRules},
+		&resource{version: "v1", name: "persistentvolumeclaims", kind: "PersistentVolumeClaim", singular: "persistentvolumeclaim", namespaced: true,
+			shortNames: []string{"pvc"}, subresources: []subresource{statusSubresource},
+			newFunc: newPVC, newListFunc: newPVCList, strategy: persistentVolumeClaimRules,
+			notRunBy: "persistentvolume-binder", notRunEffect: "it stays Pending: no volume is bound to it or provisioned for it"},
+		&resource{version: "v1", name: "persistentvolumes", kind: "PersistentVolume", singular: "persistentvolume",
+			shortNames: []string{"pv"}, subresources: []subresource{statusSubresource},
+			newFunc: newPV, newListFunc: newPVList, strategy: persistentVolumeRules,
+			notRunBy: "persistentvolume-binder", notRunEffect: "it stays Pending: it is never made Available or bound to a claim"},
+		&resource{version: "v1", name: "replicationcontrollers", kind: "ReplicationController", singular: "replicationcontroller", namespaced: true,
+			shortNames: []string{"rc"}, categories: []string{"all"}, subresources: []subresource{statusSubresource, replicationControllerScale},
+			newFunc: newRC, newListFunc: newRCList, strategy: replicationControllerRules, tracksGeneration: true, notRunBy: "replicationcontroller",
+			fields: fieldsOf(map[string]func(*corev1.ReplicationController) string{
+				"status.replicas": func(rc *corev1.ReplicationController) string { return strconv.Itoa(int(rc.Status.Replicas)) },
+			})},
 	)
 }
 
@@ -417,6 +439,8 @@ func otherResources() []*resource {
 	newCR, newCRList := listOf[rbacv1.ClusterRole, rbacv1.ClusterRoleList]()
 	newCRB, newCRBList := listOf[rbacv1.ClusterRoleBinding, rbacv1.ClusterRoleBindingList]()
 	newNP, newNPList := listOf[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList]()
+	newIng, newIngList := listOf[networkingv1.Ingress, networkingv1.IngressList]()
+	newIC, newICList := listOf[networkingv1.IngressClass, networkingv1.IngressClassList]()
 	newES, newESList := listOf[discoveryv1.EndpointSlice, discoveryv1.EndpointSliceList]()
 	newCRD, newCRDList := listOf[apiextensionsv1.CustomResourceDefinition, apiextensionsv1.CustomResourceDefinitionList]()
 	const rbac = "rbac.authorization.k8s.io"
@@ -458,12 +482,31 @@ func otherResources() []*resource {
 			newFunc: newCRB, newListFunc: newCRBList, strategy: clusterRoleBindingRules, validateName: validateRBACName},
 		{group: "networking.k8s.io", version: "v1", name: "networkpolicies", kind: "NetworkPolicy", singular: "networkpolicy", namespaced: true,
 			shortNames: []string{"netpol"}, newFunc: newNP, newListFunc: newNPList, strategy: networkPolicyRules, tracksGeneration: true},
+		{group: "networking.k8s.io", version: "v1", name: "ingresses", kind: "Ingress", singular: "ingress", namespaced: true,
+			shortNames: []string{"ing"}, subresources: []subresource{statusSubresource},
+			newFunc: newIng, newListFunc: newIngList, strategy: ingressRules, tracksGeneration: true},
+		{group: "networking.k8s.io", version: "v1", name: "ingressclasses", kind: "IngressClass", singular: "ingressclass",
+			newFunc: newIC, newListFunc: newICList, strategy: ingressClassRules, tracksGeneration: true},
 		{group: "discovery.k8s.io", version: "v1", name: "endpointslices", kind: "EndpointSlice", singular: "endpointslice", namespaced: true,
 			newFunc: newES, newListFunc: newESList, strategy: endpointSliceRules},
 		{group: "apiextensions.k8s.io", version: "v1", name: "customresourcedefinitions", kind: "CustomResourceDefinition",
 			singular: "customresourcedefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"},
 			subresources: []subresource{statusSubresource}, newFunc: newCRD, newListFunc: newCRDList,
 			strategy: crdStrategy{crdRules}, tracksGeneration: true, deleteFunc: (*Server).deleteCRD},
+	}
+}
+
+func storageAndNodeResources() []*resource {
+	newSC, newSCList := listOf[storagev1.StorageClass, storagev1.StorageClassList]()
+	newCSI, newCSIList := listOf[storagev1.CSIDriver, storagev1.CSIDriverList]()
+	newRC, newRCList := listOf[nodev1.RuntimeClass, nodev1.RuntimeClassList]()
+	return []*resource{
+		{group: "storage.k8s.io", version: "v1", name: "storageclasses", kind: "StorageClass", singular: "storageclass",
+			shortNames: []string{"sc"}, newFunc: newSC, newListFunc: newSCList, strategy: storageClassRules},
+		{group: "storage.k8s.io", version: "v1", name: "csidrivers", kind: "CSIDriver", singular: "csidriver",
+			newFunc: newCSI, newListFunc: newCSIList, strategy: csiDriverRules, validateName: validateCSIDriverName},
+		{group: "node.k8s.io", version: "v1", name: "runtimeclasses", kind: "RuntimeClass", singular: "runtimeclass",
+			newFunc: newRC, newListFunc: newRCList, strategy: runtimeClassRules, validateName: apivalidation.NameIsDNSSubdomain},
 	}
 }
 

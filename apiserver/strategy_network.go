@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
@@ -605,4 +606,245 @@ func (s serviceStrategy) release(ctx context.Context, obj, old runtime.Object) {
 		svc = obj.(*corev1.Service)
 	}
 	s.alloc.release(ctx, svc, old.(*corev1.Service))
+}
+
+// Ingresses and IngressClasses are stored and served with kube-apiserver's validation; what
+// acts on them is an ingress controller, which no cluster has built in.
+
+var ingressPathTypes = []string{string(networkingv1.PathTypeExact), string(networkingv1.PathTypeImplementationSpecific), string(networkingv1.PathTypePrefix)}
+
+var ingressRules = kindRules[*networkingv1.Ingress]{
+	hasStatus: true,
+	check: func(ing *networkingv1.Ingress) field.ErrorList {
+		p := field.NewPath("spec")
+		spec := &ing.Spec
+		var errs field.ErrorList
+		if len(spec.Rules) == 0 && spec.DefaultBackend == nil {
+			errs = append(errs, field.Invalid(p, spec.Rules, "either `defaultBackend` or `rules` must be specified"))
+		}
+		if spec.DefaultBackend != nil {
+			errs = append(errs, validateIngressBackend(spec.DefaultBackend, p.Child("defaultBackend"))...)
+		}
+		for i, rule := range spec.Rules {
+			rp := p.Child("rules").Index(i)
+			if rule.Host != "" {
+				errs = append(errs, validateIngressHost(rule.Host, rp.Child("host"))...)
+			}
+			if rule.HTTP == nil {
+				continue
+			}
+			hp := rp.Child("http", "paths")
+			if len(rule.HTTP.Paths) == 0 {
+				errs = append(errs, field.Required(hp, ""))
+			}
+			for j, path := range rule.HTTP.Paths {
+				errs = append(errs, validateIngressPath(&path, hp.Index(j))...)
+			}
+		}
+		for i, tls := range spec.TLS {
+			tp := p.Child("tls").Index(i)
+			for j, host := range tls.Hosts {
+				errs = append(errs, validateIngressHost(host, tp.Child("hosts").Index(j))...)
+			}
+			if tls.SecretName != "" {
+				for _, msg := range apivalidation.NameIsDNSSubdomain(tls.SecretName, false) {
+					errs = append(errs, field.Invalid(tp.Child("secretName"), tls.SecretName, msg))
+				}
+			}
+		}
+		if spec.IngressClassName != nil {
+			for _, msg := range apivalidation.NameIsDNSSubdomain(*spec.IngressClassName, false) {
+				errs = append(errs, field.Invalid(p.Child("ingressClassName"), *spec.IngressClassName, msg))
+			}
+		}
+		return errs
+	},
+	columns: []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "Class", Type: "string", Description: "The name of the IngressClass resource that should be used for ingress."},
+		{Name: "Hosts", Type: "string", Description: "Hosts that incoming requests are matched against before the ingress rule"},
+		{Name: "Address", Type: "string", Description: "Address is a list containing ingress points for the load-balancer"},
+		{Name: "Ports", Type: "string", Description: "Ports of TLS configurations that open"},
+		ageColumn(),
+	},
+	row: func(ing *networkingv1.Ingress, now time.Time) []any {
+		class := "<none>"
+		if ing.Spec.IngressClassName != nil {
+			class = *ing.Spec.IngressClassName
+		}
+		var hosts []string
+		for _, r := range ing.Spec.Rules {
+			if r.Host != "" {
+				hosts = append(hosts, r.Host)
+			}
+		}
+		hostText := "*"
+		if len(hosts) > 0 {
+			hostText = listWithMore(hosts, 3)
+		}
+		var addrs []string
+		for _, lb := range ing.Status.LoadBalancer.Ingress {
+			if lb.IP != "" {
+				addrs = append(addrs, lb.IP)
+			} else if lb.Hostname != "" {
+				addrs = append(addrs, lb.Hostname)
+			}
+		}
+		ports := "80"
+		if len(ing.Spec.TLS) > 0 {
+			ports = "80, 443"
+		}
+		return []any{ing.Name, class, hostText, strings.Join(addrs, ","), ports, age(ing.CreationTimestamp, now)}
+	},
+}
+
+// validateIngressHost accepts a DNS name, or one with a leading "*." wildcard; not an IP.
+func validateIngressHost(host string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if net.ParseIP(host) != nil {
+		errs = append(errs, field.Invalid(p, host, "must be a DNS name, not an IP address"))
+	}
+	msgs := validation.IsDNS1123Subdomain(host)
+	if strings.Contains(host, "*") {
+		msgs = validation.IsWildcardDNS1123Subdomain(host)
+	}
+	for _, msg := range msgs {
+		errs = append(errs, field.Invalid(p, host, msg))
+	}
+	return errs
+}
+
+func validateIngressPath(path *networkingv1.HTTPIngressPath, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case path.PathType == nil:
+		errs = append(errs, field.Required(p.Child("pathType"), "pathType must be specified"))
+	case *path.PathType == networkingv1.PathTypeExact || *path.PathType == networkingv1.PathTypePrefix:
+		if !strings.HasPrefix(path.Path, "/") {
+			errs = append(errs, field.Invalid(p.Child("path"), path.Path, "must be an absolute path"))
+		}
+		for _, bad := range []string{"//", "/./", "/../", "%2f", "%2F"} {
+			if strings.Contains(path.Path, bad) {
+				errs = append(errs, field.Invalid(p.Child("path"), path.Path, fmt.Sprintf("must not contain '%s'", bad)))
+			}
+		}
+		for _, bad := range []string{"/..", "/."} {
+			if strings.HasSuffix(path.Path, bad) {
+				errs = append(errs, field.Invalid(p.Child("path"), path.Path, fmt.Sprintf("cannot end with '%s'", bad)))
+			}
+		}
+	case *path.PathType == networkingv1.PathTypeImplementationSpecific:
+		if path.Path != "" && !strings.HasPrefix(path.Path, "/") {
+			errs = append(errs, field.Invalid(p.Child("path"), path.Path, "must be an absolute path"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("pathType"), *path.PathType, ingressPathTypes))
+	}
+	return append(errs, validateIngressBackend(&path.Backend, p.Child("backend"))...)
+}
+
+func validateIngressBackend(b *networkingv1.IngressBackend, p *field.Path) field.ErrorList {
+	switch {
+	case b.Service != nil && b.Resource != nil:
+		return field.ErrorList{field.Invalid(p, "", "cannot set both resource and service backends")}
+	case b.Resource != nil:
+		var errs field.ErrorList
+		if b.Resource.Kind == "" {
+			errs = append(errs, field.Required(p.Child("resource", "kind"), ""))
+		}
+		if b.Resource.Name == "" {
+			errs = append(errs, field.Required(p.Child("resource", "name"), ""))
+		}
+		return errs
+	case b.Service == nil:
+		return field.ErrorList{field.Invalid(p, "", "one backend type must be specified")}
+	}
+	sp := p.Child("service")
+	var errs field.ErrorList
+	if b.Service.Name == "" {
+		errs = append(errs, field.Required(sp.Child("name"), ""))
+	} else {
+		for _, msg := range apivalidation.NameIsDNS1035Label(b.Service.Name, false) {
+			errs = append(errs, field.Invalid(sp.Child("name"), b.Service.Name, msg))
+		}
+	}
+	port := b.Service.Port
+	pp := sp.Child("port")
+	switch {
+	case port.Name != "" && port.Number != 0:
+		errs = append(errs, field.Invalid(pp, port, "cannot set both port name & port number"))
+	case port.Name != "":
+		for _, msg := range validation.IsValidPortName(port.Name) {
+			errs = append(errs, field.Invalid(pp.Child("name"), port.Name, msg))
+		}
+	case port.Number != 0:
+		for _, msg := range validation.IsValidPortNum(int(port.Number)) {
+			errs = append(errs, field.Invalid(pp.Child("number"), port.Number, msg))
+		}
+	default:
+		errs = append(errs, field.Required(pp, "port name or number is required"))
+	}
+	return errs
+}
+
+var ingressClassRules = kindRules[*networkingv1.IngressClass]{
+	defaults: func(ic *networkingv1.IngressClass) {
+		if prm := ic.Spec.Parameters; prm != nil && prm.Scope == nil {
+			scope := networkingv1.IngressClassParametersReferenceScopeCluster
+			prm.Scope = &scope
+		}
+	},
+	check: func(ic *networkingv1.IngressClass) field.ErrorList {
+		p := field.NewPath("spec")
+		var errs field.ErrorList
+		switch c := ic.Spec.Controller; {
+		case c == "":
+			errs = append(errs, field.Required(p.Child("controller"), ""))
+		case len(c) > 250:
+			errs = append(errs, field.TooLong(p.Child("controller"), "", 250))
+		default:
+			errs = append(errs, validation.IsDomainPrefixedPath(p.Child("controller"), c)...)
+		}
+		prm := ic.Spec.Parameters
+		if prm == nil {
+			return errs
+		}
+		pp := p.Child("parameters")
+		if prm.Kind == "" {
+			errs = append(errs, field.Required(pp.Child("kind"), ""))
+		}
+		if prm.Name == "" {
+			errs = append(errs, field.Required(pp.Child("name"), ""))
+		}
+		scopes := []string{networkingv1.IngressClassParametersReferenceScopeCluster, networkingv1.IngressClassParametersReferenceScopeNamespace}
+		switch {
+		case prm.Scope == nil:
+			errs = append(errs, field.Required(pp.Child("scope"), ""))
+		case *prm.Scope == networkingv1.IngressClassParametersReferenceScopeNamespace && prm.Namespace == nil:
+			errs = append(errs, field.Required(pp.Child("namespace"), "`parameters.scope` is set to 'Namespace'"))
+		case *prm.Scope == networkingv1.IngressClassParametersReferenceScopeCluster && prm.Namespace != nil:
+			errs = append(errs, field.Forbidden(pp.Child("namespace"), "`parameters.scope` is set to 'Cluster'"))
+		case *prm.Scope != networkingv1.IngressClassParametersReferenceScopeCluster && *prm.Scope != networkingv1.IngressClassParametersReferenceScopeNamespace:
+			errs = append(errs, field.NotSupported(pp.Child("scope"), *prm.Scope, scopes))
+		}
+		return errs
+	},
+	checkUpdate: func(ic, old *networkingv1.IngressClass) field.ErrorList {
+		return immutable(ic.Spec.Controller != old.Spec.Controller, ic.Spec.Controller, field.NewPath("spec", "controller"))
+	},
+	columns: []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "Controller", Type: "string", Description: "Controller that is responsible for handling this class."},
+		{Name: "Parameters", Type: "string", Description: "A reference to a resource with additional parameters."},
+		ageColumn(),
+	},
+	row: func(ic *networkingv1.IngressClass, now time.Time) []any {
+		params := "<none>"
+		if prm := ic.Spec.Parameters; prm != nil {
+			params = prm.Kind
+			if prm.APIGroup != nil {
+				params += "." + *prm.APIGroup
+			}
+			params += "/" + prm.Name
+		}
+		return []any{ic.Name, ic.Spec.Controller, params, age(ic.CreationTimestamp, now)}
+	},
 }

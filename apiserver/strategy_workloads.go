@@ -19,12 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Deployments, ReplicaSets, StatefulSets, Jobs and CronJobs are stored and served with
+// Deployments, ReplicaSets, StatefulSets, ReplicationControllers, Jobs and CronJobs are stored and served with
 // kube-apiserver's defaults and validation, but miniplane runs no controller for them: the
 // API server says so with an event on each new one (see resource.notRunBy).
 
@@ -546,3 +547,75 @@ func selectorText(s *metav1.LabelSelector) string {
 	}
 	return "<none>"
 }
+
+// replicationControllerRules: a ReplicationController is stored with its defaults and
+// validation; miniplane runs no controller for it.
+var replicationControllerRules = kindRules[*corev1.ReplicationController]{
+	hasStatus: true,
+	defaults: func(rc *corev1.ReplicationController) {
+		if t := rc.Spec.Template; t != nil {
+			// SetDefaults_ReplicationController: the selector and the labels default to the
+			// template's labels.
+			if len(rc.Spec.Selector) == 0 {
+				rc.Spec.Selector = t.Labels
+			}
+			if len(rc.Labels) == 0 {
+				rc.Labels = t.Labels
+			}
+			defaultPodSpec(&t.Spec)
+		}
+		if rc.Spec.Replicas == nil {
+			rc.Spec.Replicas = int32Ptr(1)
+		}
+	},
+	check: func(rc *corev1.ReplicationController) field.ErrorList {
+		p := field.NewPath("spec")
+		errs := nonNegative(rc.Spec.Replicas, p.Child("replicas"))
+		errs = append(errs, apivalidation.ValidateNonnegativeField(int64(rc.Spec.MinReadySeconds), p.Child("minReadySeconds"))...)
+		if len(rc.Spec.Selector) == 0 {
+			errs = append(errs, field.Required(p.Child("selector"), ""))
+		} else {
+			errs = append(errs, metav1validation.ValidateLabels(rc.Spec.Selector, p.Child("selector"))...)
+		}
+		if rc.Spec.Template == nil {
+			return append(errs, field.Required(p.Child("template"), ""))
+		}
+		var selector *metav1.LabelSelector
+		if len(rc.Spec.Selector) > 0 {
+			selector = metav1.SetAsLabelSelector(rc.Spec.Selector)
+		}
+		return append(errs, validatePodTemplate(rc.Spec.Template, selector, p, corev1.RestartPolicyAlways)...)
+	},
+	columns: []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "Desired", Type: "integer", Description: "Replicas is the number of desired replicas."},
+		{Name: "Current", Type: "integer", Description: "Replicas is the most recently observed number of replicas."},
+		{Name: "Ready", Type: "integer", Description: "The number of ready replicas for this replication controller."},
+		ageColumn(),
+		{Name: "Containers", Type: "string", Priority: 1, Description: "Names of each container in the template."},
+		{Name: "Images", Type: "string", Priority: 1, Description: "Images referenced by each container in the template."},
+		{Name: "Selector", Type: "string", Priority: 1, Description: "Selector is a label query over pods that should match the replica count."},
+	},
+	row: func(rc *corev1.ReplicationController, now time.Time) []any {
+		names, images := "", ""
+		if rc.Spec.Template != nil {
+			names, images = containersAndImages(&rc.Spec.Template.Spec)
+		}
+		selector := "<none>"
+		if len(rc.Spec.Selector) > 0 {
+			selector = selectorText(metav1.SetAsLabelSelector(rc.Spec.Selector))
+		}
+		return []any{rc.Name, int64(replicasOf(rc.Spec.Replicas)), int64(rc.Status.Replicas), int64(rc.Status.ReadyReplicas),
+			age(rc.CreationTimestamp, now), names, images, selector}
+	},
+}
+
+// replicationControllerScale is the scale subresource of ReplicationControllers, whose
+// selector is a plain label map.
+var replicationControllerScale = scaleSubresource(func(obj runtime.Object) (int32, int32, *metav1.LabelSelector) {
+	rc := obj.(*corev1.ReplicationController)
+	var sel *metav1.LabelSelector
+	if len(rc.Spec.Selector) > 0 {
+		sel = metav1.SetAsLabelSelector(rc.Spec.Selector)
+	}
+	return replicasOf(rc.Spec.Replicas), rc.Status.Replicas, sel
+}, func(obj runtime.Object, n int32) { obj.(*corev1.ReplicationController).Spec.Replicas = &n })
