@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	networkingv1beta1 "k8s.io/api/networking/v1beta1"
+	nodev1 "k8s.io/api/node/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,7 +26,8 @@ import (
 
 // Admission runs between decoding and storage, in the order kube-apiserver runs the plugins
 // miniplane has: NamespaceLifecycle (checkNamespaceOpen, before everything), then the
-// mutating ServiceAccount, Priority, DefaultStorageClass and DefaultIngressClass plugins, then the kind's own validation, then the
+// mutating ServiceAccount, Priority, RuntimeClass, DefaultStorageClass and DefaultIngressClass
+// plugins, then the kind's own validation, then the
 // validating plugins: RBAC's escalation check (which kube-apiserver makes in the RBAC
 // kinds' storage) and ResourceQuota, which charges the quota last, so that nothing refused
 // later has been counted. Updates run the validating plugins only.
@@ -71,8 +76,10 @@ type admissionPlugin struct {
 var admissionPlugins = []admissionPlugin{
 	{name: "ServiceAccount", phase: mutating, admit: admitServiceAccount},
 	{name: "Priority", phase: mutating, admit: admitPriority},
+	{name: "RuntimeClass", phase: mutating, admit: admitRuntimeClass},
 	{name: "DefaultStorageClass", phase: mutating, admit: admitDefaultStorageClass},
 	{name: "DefaultIngressClass", phase: mutating, admit: admitDefaultIngressClass},
+	{name: "RuntimeClass", phase: validating, admit: validateRuntimeClassOverhead},
 	{name: "RBACEscalation", phase: validating, admit: admitRBACEscalation},
 	{name: "ResourceQuota", phase: validating, admit: admitQuota},
 }
@@ -98,6 +105,7 @@ var (
 	ingressClassesResource  = networkingv1.Resource("ingressclasses")
 	claimsResource          = corev1.Resource("persistentvolumeclaims")
 	storageClassesResource  = storagev1.Resource("storageclasses")
+	runtimeClassesResource  = nodev1.Resource("runtimeclasses")
 )
 
 // defaultServiceAccountName is the ServiceAccount every namespace has and pods run as
@@ -223,15 +231,87 @@ func admitDefaultIngressClass(s *Server, ctx context.Context, a *admission) erro
 	return nil
 }
 
+// podRuntimeClass is the RuntimeClass a new pod names: nil when it names none, a 403 when
+// the class does not exist.
+func podRuntimeClass(s *Server, ctx context.Context, a *admission) (*corev1.Pod, *nodev1.RuntimeClass, error) {
+	if a.op != opCreate || !a.is(podsResource) {
+		return nil, nil, nil
+	}
+	pod := a.obj.(*corev1.Pod)
+	name := pod.Spec.RuntimeClassName
+	if name == nil || *name == "" {
+		return pod, nil, nil
+	}
+	obj, err := s.lookup(ctx, runtimeClassesResource, "", *name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, a.forbidden(fmt.Errorf("pod rejected: RuntimeClass %q not found", *name))
+	} else if err != nil {
+		return nil, nil, err
+	}
+	return pod, obj.(*nodev1.RuntimeClass), nil
+}
+
+// admitRuntimeClass is the mutating half of the RuntimeClass plugin: a pod running under a
+// RuntimeClass gets its overhead, and its node selector and tolerations merged in.
+func admitRuntimeClass(s *Server, ctx context.Context, a *admission) error {
+	pod, rc, err := podRuntimeClass(s, ctx, a)
+	if rc == nil || err != nil {
+		return err
+	}
+	if rc.Overhead != nil {
+		if len(pod.Spec.Overhead) > 0 && !apiequality.Semantic.DeepEqual(rc.Overhead.PodFixed, pod.Spec.Overhead) {
+			return a.forbidden(errors.New("pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"))
+		}
+		pod.Spec.Overhead = rc.Overhead.PodFixed.DeepCopy()
+	}
+	if rc.Scheduling == nil {
+		return nil
+	}
+	for _, key := range slices.Sorted(maps.Keys(rc.Scheduling.NodeSelector)) {
+		want := rc.Scheduling.NodeSelector[key]
+		if have, ok := pod.Spec.NodeSelector[key]; ok && have != want {
+			return a.forbidden(fmt.Errorf("conflict: runtimeClass.scheduling.nodeSelector[%s] = %s; pod.spec.nodeSelector[%s] = %s", key, want, key, have))
+		}
+		if pod.Spec.NodeSelector == nil {
+			pod.Spec.NodeSelector = map[string]string{}
+		}
+		pod.Spec.NodeSelector[key] = want
+	}
+	for _, t := range rc.Scheduling.Tolerations {
+		if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return have.MatchToleration(&t) }) {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
+		}
+	}
+	return nil
+}
+
+// validateRuntimeClassOverhead is the validating half: a pod's overhead is its
+// RuntimeClass's, and a pod without one has none.
+func validateRuntimeClassOverhead(s *Server, ctx context.Context, a *admission) error {
+	pod, rc, err := podRuntimeClass(s, ctx, a)
+	if pod == nil || err != nil {
+		return err
+	}
+	if rc != nil && rc.Overhead != nil {
+		if !apiequality.Semantic.DeepEqual(rc.Overhead.PodFixed, pod.Spec.Overhead) {
+			return a.forbidden(errors.New("pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"))
+		}
+	} else if pod.Spec.Overhead != nil {
+		return a.forbidden(errors.New("pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"))
+	}
+	return nil
+}
+
 // admitDefaultStorageClass is the DefaultStorageClass plugin: a new claim that leaves its
-// storage class unset (not set to "", which asks for none) gets the default StorageClass,
+// storage class unset (not set to "", which asks for none, and not named by the older
+// annotation) gets the default StorageClass,
 // the newest one should several be marked default.
 func admitDefaultStorageClass(s *Server, ctx context.Context, a *admission) error {
 	if a.op != opCreate || !a.is(claimsResource) {
 		return nil
 	}
 	pvc := a.obj.(*corev1.PersistentVolumeClaim)
-	if pvc.Spec.StorageClassName != nil {
+	if _, annotated := pvc.Annotations[corev1.BetaStorageClassAnnotation]; pvc.Spec.StorageClassName != nil || annotated {
 		return nil
 	}
 	classes, err := s.cachedOwn(ctx, storageClassesResource, "")

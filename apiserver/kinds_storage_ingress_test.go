@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -324,5 +326,59 @@ func TestStorageAndRuntimeClasses(t *testing.T) {
 	_, err = c.NodeV1().RuntimeClasses().Update(ctx, rc, metav1.UpdateOptions{})
 	if got := causeFields(t, err); strings.Join(got, ",") != "handler" {
 		t.Errorf("changing a runtime class's handler: causes %v", got)
+	}
+}
+
+// TestRuntimeClassAdmission: a pod running under a RuntimeClass gets the class's overhead,
+// node selector and tolerations, or is refused as kube-apiserver's RuntimeClass plugin
+// refuses it.
+func TestRuntimeClassAdmission(t *testing.T) {
+	env := newEnv(t)
+	c := env.Client
+	ctx := testCtx(t)
+	const ns = "default"
+	overhead := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("120Mi")}
+	_, err := c.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandbox"}, Handler: "sandbox",
+		Overhead: &nodev1.Overhead{PodFixed: overhead},
+		Scheduling: &nodev1.Scheduling{NodeSelector: map[string]string{"sandbox": "yes"},
+			Tolerations: []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}}},
+		metav1.CreateOptions{})
+	check(t, err)
+	pod := func(name, class string, change func(*corev1.Pod)) (*corev1.Pod, error) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: podTemplate(name, "").Spec}
+		if class != "" {
+			p.Spec.RuntimeClassName = &class
+		}
+		if change != nil {
+			change(p)
+		}
+		return c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	}
+
+	p, err := pod("sandboxed", "sandbox", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "a"} })
+	check(t, err)
+	if !apiequality.Semantic.DeepEqual(p.Spec.Overhead, overhead) || p.Spec.NodeSelector["sandbox"] != "yes" || p.Spec.NodeSelector["zone"] != "a" ||
+		!slices.ContainsFunc(p.Spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "sandbox" }) {
+		t.Errorf("pod under the sandbox class: overhead %v nodeSelector %v tolerations %v", p.Spec.Overhead, p.Spec.NodeSelector, p.Spec.Tolerations)
+	}
+	for _, tc := range []struct {
+		name, class string
+		change      func(*corev1.Pod)
+		want        string
+	}{
+		{"no such class", "nope", nil, `pod rejected: RuntimeClass "nope" not found`},
+		{"conflicting node selector", "sandbox", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"sandbox": "no"} },
+			"conflict: runtimeClass.scheduling.nodeSelector[sandbox] = yes; pod.spec.nodeSelector[sandbox] = no"},
+		{"other overhead", "sandbox", func(p *corev1.Pod) {
+			p.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+		},
+			"pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"},
+		{"overhead without a class", "", func(p *corev1.Pod) { p.Spec.Overhead = overhead },
+			"pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"},
+	} {
+		_, err := pod("refused", tc.class, tc.change)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want 403 %q", tc.name, err, tc.want)
+		}
 	}
 }

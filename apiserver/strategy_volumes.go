@@ -144,8 +144,12 @@ var persistentVolumeClaimRules = kindRules[*corev1.PersistentVolumeClaim]{
 				capacity = q.String()
 			}
 		}
+		class := pvc.Spec.StorageClassName
+		if v, ok := pvc.Annotations[corev1.BetaStorageClassAnnotation]; ok && class == nil {
+			class = &v
+		}
 		return []any{pvc.Name, string(pvc.Status.Phase), pvc.Spec.VolumeName, capacity, modes,
-			unsetIfNil(pvc.Spec.StorageClassName), unsetIfNil(pvc.Spec.VolumeAttributesClassName),
+			unsetIfNil(class), unsetIfNil(pvc.Spec.VolumeAttributesClassName),
 			age(pvc.CreationTimestamp, now), volumeModeText(pvc.Spec.VolumeMode)}
 	},
 }
