@@ -122,7 +122,7 @@ var persistentVolumeClaimRules = kindRules[*corev1.PersistentVolumeClaim]{
 		}
 		newSize, oldSize := pvc.Spec.Resources.Requests[corev1.ResourceStorage], old.Spec.Resources.Requests[corev1.ResourceStorage]
 		if bound && newSize.Cmp(oldSize) < 0 {
-			errs = append(errs, field.Forbidden(p.Child("resources", "requests", "storage"), "field can not be less than status.capacity"))
+			errs = append(errs, field.Forbidden(p.Child("resources", "requests", "storage"), "field can not be less than previous value"))
 		}
 		return errs
 	},
