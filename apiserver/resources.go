@@ -506,7 +506,7 @@ func storageAndNodeResources() []*resource {
 		{group: "storage.k8s.io", version: "v1", name: "csidrivers", kind: "CSIDriver", singular: "csidriver",
 			newFunc: newCSI, newListFunc: newCSIList, strategy: csiDriverRules, validateName: validateCSIDriverName},
 		{group: "node.k8s.io", version: "v1", name: "runtimeclasses", kind: "RuntimeClass", singular: "runtimeclass",
-			newFunc: newRC, newListFunc: newRCList, strategy: runtimeClassRules, validateName: apivalidation.NameIsDNSSubdomain},
+			newFunc: newRC, newListFunc: newRCList, strategy: runtimeClassRules},
 	}
 }
 

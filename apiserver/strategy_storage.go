@@ -237,9 +237,8 @@ var runtimeClassRules = kindRules[*nodev1.RuntimeClass]{
 		hp := field.NewPath("handler")
 		if rc.Handler == "" {
 			errs = append(errs, field.Required(hp, ""))
-		}
-		for _, msg := range validation.IsDNS1123Label(rc.Handler) {
-			if rc.Handler != "" {
+		} else {
+			for _, msg := range validation.IsDNS1123Label(rc.Handler) {
 				errs = append(errs, field.Invalid(hp, rc.Handler, msg))
 			}
 		}

@@ -580,11 +580,7 @@ var replicationControllerRules = kindRules[*corev1.ReplicationController]{
 		if rc.Spec.Template == nil {
 			return append(errs, field.Required(p.Child("template"), ""))
 		}
-		var selector *metav1.LabelSelector
-		if len(rc.Spec.Selector) > 0 {
-			selector = metav1.SetAsLabelSelector(rc.Spec.Selector)
-		}
-		return append(errs, validatePodTemplate(rc.Spec.Template, selector, p, corev1.RestartPolicyAlways)...)
+		return append(errs, validatePodTemplate(rc.Spec.Template, rcSelector(rc), p, corev1.RestartPolicyAlways)...)
 	},
 	columns: []metav1.TableColumnDefinition{nameColumn(),
 		{Name: "Desired", Type: "integer", Description: "Replicas is the number of desired replicas."},
@@ -600,12 +596,8 @@ var replicationControllerRules = kindRules[*corev1.ReplicationController]{
 		if rc.Spec.Template != nil {
 			names, images = containersAndImages(&rc.Spec.Template.Spec)
 		}
-		selector := "<none>"
-		if len(rc.Spec.Selector) > 0 {
-			selector = selectorText(metav1.SetAsLabelSelector(rc.Spec.Selector))
-		}
 		return []any{rc.Name, int64(replicasOf(rc.Spec.Replicas)), int64(rc.Status.Replicas), int64(rc.Status.ReadyReplicas),
-			age(rc.CreationTimestamp, now), names, images, selector}
+			age(rc.CreationTimestamp, now), names, images, selectorText(rcSelector(rc))}
 	},
 }
 
@@ -613,9 +605,14 @@ var replicationControllerRules = kindRules[*corev1.ReplicationController]{
 // selector is a plain label map.
 var replicationControllerScale = scaleSubresource(func(obj runtime.Object) (int32, int32, *metav1.LabelSelector) {
 	rc := obj.(*corev1.ReplicationController)
-	var sel *metav1.LabelSelector
-	if len(rc.Spec.Selector) > 0 {
-		sel = metav1.SetAsLabelSelector(rc.Spec.Selector)
-	}
-	return replicasOf(rc.Spec.Replicas), rc.Status.Replicas, sel
+	return replicasOf(rc.Spec.Replicas), rc.Status.Replicas, rcSelector(rc)
 }, func(obj runtime.Object, n int32) { obj.(*corev1.ReplicationController).Spec.Replicas = &n })
+
+// rcSelector is a ReplicationController's selector, a plain label map, as a LabelSelector;
+// nil when it has none.
+func rcSelector(rc *corev1.ReplicationController) *metav1.LabelSelector {
+	if len(rc.Spec.Selector) == 0 {
+		return nil
+	}
+	return metav1.SetAsLabelSelector(rc.Spec.Selector)
+}
