@@ -18,10 +18,12 @@ const (
 	ControllerGarbageCollector = "garbagecollector"
 	ControllerNodeLifecycle    = "nodelifecycle"
 	ControllerNodeIPAM         = "nodeipam"
+	ControllerRootCAPublisher  = "root-ca-cert-publisher"
 )
 
 // KnownControllers lists every controller name, in start order.
-var KnownControllers = []string{ControllerDaemonSet, ControllerGarbageCollector, ControllerNodeLifecycle, ControllerNodeIPAM}
+var KnownControllers = []string{ControllerDaemonSet, ControllerGarbageCollector, ControllerNodeLifecycle, ControllerNodeIPAM,
+	ControllerRootCAPublisher}
 
 // ControllerManager configures `miniplane controller-manager` (and its part of `miniplane up`).
 type ControllerManager struct {
@@ -29,8 +31,8 @@ type ControllerManager struct {
 	Kubeconfig string `mapstructure:"kubeconfig" flag:"kubeconfig" help:"kubeconfig of the controller-manager's API credentials"`
 	// Controllers selects the controllers to run, as kube-controller-manager's flag: names,
 	// "*" for all, "-name" to drop one; default all of daemonset, garbagecollector,
-	// nodelifecycle and nodeipam (which assigns nothing unless allocate-node-cidrs is on).
-	// Flag --controllers.
+	// nodelifecycle, nodeipam (which assigns nothing unless allocate-node-cidrs is on) and
+	// root-ca-cert-publisher. Flag --controllers.
 	Controllers []string `mapstructure:"controllers" flag:"controllers" help:"controllers to run: names, \"*\" for all, \"-name\" to drop one"`
 	// FeatureGates switch features on or off, e.g. ScheduleDaemonSetPods: false; default
 	// ScheduleDaemonSetPods on. Flag --feature-gates=ScheduleDaemonSetPods=false.
@@ -43,6 +45,12 @@ type ControllerManager struct {
 	// controller acts with the controller-manager's own credentials, which then need those
 	// roles bound to them. Default true. Flag --use-service-account-credentials.
 	UseServiceAccountCredentials bool `mapstructure:"use-service-account-credentials" flag:"use-service-account-credentials" help:"run each controller as its own ServiceAccount in kube-system (its own least-privilege role)"`
+
+	// RootCAFile is the CA bundle root-ca-cert-publisher puts into every namespace's
+	// kube-root-ca.crt ConfigMap; default "", the CA the controller-manager's kubeconfig
+	// trusts the API server with (as kube-controller-manager without --root-ca-file). Flag
+	// --root-ca-file.
+	RootCAFile string `mapstructure:"root-ca-file" flag:"root-ca-file" help:"CA bundle published as kube-root-ca.crt in every namespace (default: the kubeconfig's CA)"`
 
 	// LeaderElection makes replicas elect one active instance through a Lease.
 	LeaderElection LeaderElection `mapstructure:"leader-election"`

@@ -32,7 +32,8 @@ const (
 // ControllerServiceAccounts are the ServiceAccounts in kube-system that the
 // controller-manager's controllers act as (with --use-service-account-credentials), each
 // bound to the role system:controller:<name>.
-var ControllerServiceAccounts = []string{"daemon-set-controller", "generic-garbage-collector", "node-controller"}
+var ControllerServiceAccounts = []string{"daemon-set-controller", "generic-garbage-collector", "node-controller",
+	"root-ca-cert-publisher"}
 
 // Verb sets of the bootstrap roles.
 var (
@@ -226,6 +227,9 @@ func controllerRoles() []rbacv1.ClusterRole {
 			core(verbs("patch", "update"), "pods/status"),
 			core(verbs("list", "watch", "get", "delete"), "pods"),
 			rule(readVerbsList, []string{"coordination.k8s.io"}, "leases"),
+			eventsRule()),
+		role("root-ca-cert-publisher",
+			core(verbs("create", "update"), "configmaps"),
 			eventsRule()),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"github.com/miniplane/miniplane/controllers/internal/component"
 	"github.com/miniplane/miniplane/controllers/nodeipam"
 	"github.com/miniplane/miniplane/controllers/nodelifecycle"
+	"github.com/miniplane/miniplane/controllers/rootcapublisher"
 )
 
 // User agents of the manager's clients, as kube-controller-manager names its controllers.
@@ -49,7 +51,8 @@ var controllerServiceAccounts = map[string]string{
 	garbagecollector.UserAgent: "generic-garbage-collector",
 	nodelifecycle.UserAgent:    "node-controller",
 	// As in kube-controller-manager, node IPAM acts with the node controller's credentials.
-	nodeipam.UserAgent: "node-controller",
+	nodeipam.UserAgent:        "node-controller",
+	rootcapublisher.UserAgent: "root-ca-cert-publisher",
 }
 
 // ControllerServiceAccounts are the ServiceAccounts in kube-system the controllers act
@@ -337,6 +340,25 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 			return controller{}, err
 		}
 		return controller{name: name, run: func(ctx context.Context) { _ = c.Run(ctx) }}, nil
+	case configs.ControllerRootCAPublisher:
+		rootCA, err := rootCABundle(cfg.RootCAFile, opts.RestConfig)
+		if err != nil {
+			return controller{}, err
+		}
+		if len(rootCA) == 0 {
+			// Nothing to publish: a kubeconfig that trusts the system's CAs names none.
+			logger.Warn("no root CA to publish: set root-ca-file")
+			return controller{name: name, run: func(context.Context) {}}, nil
+		}
+		client, err := newClient(rootcapublisher.UserAgent)
+		if err != nil {
+			return controller{}, err
+		}
+		p, err := rootcapublisher.New(rootcapublisher.Options{Client: client, Informers: factory, RootCA: rootCA, Clock: clk, Logger: logger})
+		if err != nil {
+			return controller{}, err
+		}
+		return controller{name: name, run: p.Run}, nil
 	}
 	return controller{}, fmt.Errorf("unknown controller %q", name)
 }
@@ -358,6 +380,29 @@ var typedInformersOf = map[string][]schema.GroupVersionResource{
 		corev1.SchemeGroupVersion.WithResource("pods"),
 		coordinationv1.SchemeGroupVersion.WithResource("leases"),
 	},
+	configs.ControllerRootCAPublisher: {
+		corev1.SchemeGroupVersion.WithResource("namespaces"),
+		corev1.SchemeGroupVersion.WithResource("configmaps"),
+	},
+}
+
+// rootCABundle is what root-ca-cert-publisher publishes: the file when one is configured,
+// else the CA the controller-manager itself trusts the API server with.
+func rootCABundle(file string, rc *rest.Config) ([]byte, error) {
+	switch {
+	case file != "":
+	case len(rc.CAData) > 0:
+		return rc.CAData, nil
+	case rc.CAFile != "":
+		file = rc.CAFile
+	default:
+		return nil, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("root CA: %w", err)
+	}
+	return data, nil
 }
 
 // sharedWithGC returns the typed informers the enabled controllers take from factory, for

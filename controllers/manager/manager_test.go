@@ -91,7 +91,7 @@ func TestHealthWhileInformersCannotSync(t *testing.T) {
 // The garbage collector is handed the typed informers of the enabled controllers only:
 // asking the factory for others would make it cache objects nobody else needs, typed.
 func TestSharedWithGC(t *testing.T) {
-	all := []string{"controllerrevisions", "daemonsets", "leases", "nodes", "pods"}
+	all := []string{"configmaps", "controllerrevisions", "daemonsets", "leases", "namespaces", "nodes", "pods"}
 	tests := []struct {
 		controllers []string
 		want        []string
@@ -99,7 +99,8 @@ func TestSharedWithGC(t *testing.T) {
 		{controllers: []string{"*"}, want: all},
 		{controllers: []string{"garbagecollector"}, want: nil},
 		{controllers: []string{"garbagecollector", "nodelifecycle"}, want: []string{"leases", "nodes", "pods"}},
-		{controllers: []string{"*", "-nodelifecycle"}, want: []string{"controllerrevisions", "daemonsets", "nodes", "pods"}},
+		{controllers: []string{"*", "-nodelifecycle"}, want: []string{"configmaps", "controllerrevisions", "daemonsets", "namespaces", "nodes", "pods"}},
+		{controllers: []string{"garbagecollector", "root-ca-cert-publisher"}, want: []string{"configmaps", "namespaces"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.controllers, ","), func(t *testing.T) {

@@ -148,9 +148,10 @@ func TestComponentsRunOnTheirOwnRoles(t *testing.T) {
 		dsController = "system:serviceaccount:kube-system:daemon-set-controller"
 		gc           = "system:serviceaccount:kube-system:generic-garbage-collector"
 		nodeCtl      = "system:serviceaccount:kube-system:node-controller"
+		rootCA       = "system:serviceaccount:kube-system:root-ca-cert-publisher"
 	)
 	fleet := testenv.StubIdentity(*cfg.KubeletStub).Name
-	components := []string{testenv.ControllerManagerUser, testenv.SchedulerUser, dsController, gc, nodeCtl, fleet}
+	components := []string{testenv.ControllerManagerUser, testenv.SchedulerUser, dsController, gc, nodeCtl, rootCA, fleet}
 	did := map[string]map[string]int{} // user → "verb resource[/sub]" → count
 	var refused []string
 	for _, ev := range readAuditLog(t, auditPath) {
@@ -186,6 +187,7 @@ func TestComponentsRunOnTheirOwnRoles(t *testing.T) {
 		{fleet, "update pods/status"},
 		{gc, "delete pods"},
 		{nodeCtl, "update nodes"},
+		{rootCA, "create configmaps"},
 		{testenv.ControllerManagerUser, "create serviceaccounts/token"},
 	} {
 		if did[want.user][want.what] == 0 {
