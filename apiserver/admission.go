@@ -108,31 +108,6 @@ var (
 	runtimeClassesResource  = nodev1.Resource("runtimeclasses")
 )
 
-// defaultServiceAccountName is the ServiceAccount every namespace has and pods run as
-// unless they name another.
-const defaultServiceAccountName = "default"
-
-// admitServiceAccount is the ServiceAccount plugin without token mounting: a pod runs as
-// the namespace's default ServiceAccount unless it names one, and the one it runs as must
-// exist.
-func admitServiceAccount(s *Server, ctx context.Context, a *admission) error {
-	if a.op != opCreate || !a.is(podsResource) {
-		return nil
-	}
-	pod := a.obj.(*corev1.Pod)
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return nil
-	}
-	if pod.Spec.ServiceAccountName == "" {
-		pod.Spec.ServiceAccountName = defaultServiceAccountName
-	}
-	pod.Spec.DeprecatedServiceAccount = pod.Spec.ServiceAccountName //nolint:staticcheck // set as kube-apiserver sets it
-	if _, err := s.lookup(ctx, serviceAccountsResource, a.namespace, pod.Spec.ServiceAccountName); err != nil {
-		return a.forbidden(fmt.Errorf("error looking up service account %s/%s: %w", a.namespace, pod.Spec.ServiceAccountName, err))
-	}
-	return nil
-}
-
 // admitPriority is the Priority plugin: a pod's priority comes from its PriorityClass (or
 // the global default one), and only one class may be the global default.
 func admitPriority(s *Server, ctx context.Context, a *admission) error {
