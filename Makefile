@@ -10,8 +10,8 @@
 #   make compose-test  the fault-test suite (test/compose): builds, brings up its own stack
 #                      under a unique project name, runs the faults, removes everything
 #   make conformance   upstream's e2e specs (FOCUS, default '\[sig-apps\] Daemon set'; or
-#                      PROFILE=conformance: the applicable [Conformance] specs of sig-apps and
-#                      sig-api-machinery) against `miniplane up --nodes $(NODES)`; builds
+#                      PROFILE=conformance: the applicable [Conformance] specs of sig-apps,
+#                      sig-api-machinery and sig-auth's ServiceAccounts) against `miniplane up --nodes $(NODES)`; builds
 #                      upstream's e2e binary once (long). Not part of CI; see
 #                      test/conformance/run.sh --help and docs/conformance.md
 #   make bench         the scale benchmark (docs/performance.md): `miniplane up --nodes 0` and

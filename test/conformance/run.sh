@@ -6,8 +6,9 @@
 #                           [--kubeconfig FILE] [--keep] [--rebuild] [--build-only]
 #
 #   --profile     take focus and skip from test/conformance/profiles/NAME.txt (`conformance`:
-#                 the [Conformance] specs of sig-apps and sig-api-machinery that apply to
-#                 miniplane, see docs/conformance.md); --focus and --skip given too win
+#                 the [Conformance] specs of sig-apps, sig-api-machinery and sig-auth's
+#                 ServiceAccounts and SubjectReview that apply to miniplane, see
+#                 docs/conformance.md); --focus and --skip given too win
 #   --focus       ginkgo focus (default '\[sig-apps\] Daemon set')
 #   --skip        ginkgo skip (default none)
 #   --nodes       stub nodes of the miniplane it starts (default 3)
