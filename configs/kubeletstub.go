@@ -168,6 +168,13 @@ type StubNodeTemplate struct {
 	// ReadyDelay is how long a running pod waits before its Ready condition turns True;
 	// default 0. The node annotation stub.miniplane.io/ready-delay overrides it.
 	ReadyDelay time.Duration `mapstructure:"ready-delay"`
+	// RuntimeHandlers are the container runtime handlers the node has besides the default
+	// one: a pod whose RuntimeClass names another handler stays Pending (ContainerCreating)
+	// with FailedCreatePodSandBox events, as on a node whose containerd has no such runtime.
+	// Default [runc]. The node reports them in status.runtimeHandlers; the node annotation
+	// stub.miniplane.io/runtime-handlers adds handlers for one node (a runtime installed
+	// later, say).
+	RuntimeHandlers []string `mapstructure:"runtime-handlers"`
 	// Faults injects failures, each applied to a share of pods given by its rate.
 	Faults StubFaults `mapstructure:"faults"`
 }
@@ -232,6 +239,10 @@ type StubNodeOverride struct {
 	StubNodeTemplate `mapstructure:",squash"`
 }
 
+// DefaultStubRuntimeHandler is the handler every stub node has unless configured otherwise:
+// containerd's default runtime.
+const DefaultStubRuntimeHandler = "runc"
+
 // DefaultKubeletStub returns the defaults: one fleet node named stub-node-0 with 4 cpus,
 // 16Gi of memory and 110 pods, heartbeating like a kubelet.
 func DefaultKubeletStub() KubeletStub {
@@ -248,8 +259,9 @@ func DefaultKubeletStub() KubeletStub {
 		FaultSeed:          1,
 		ImagePullFailures:  DefaultStubImagePullFailures(),
 		Template: StubNodeTemplate{
-			Capacity: StubResources{CPU: "4", Memory: "16Gi", Pods: 110, EphemeralStorage: "100Gi"},
-			Faults:   StubFaults{RejectRate: 1, FailRate: 1},
+			Capacity:        StubResources{CPU: "4", Memory: "16Gi", Pods: 110, EphemeralStorage: "100Gi"},
+			RuntimeHandlers: []string{DefaultStubRuntimeHandler},
+			Faults:          StubFaults{RejectRate: 1, FailRate: 1},
 		},
 	}
 }
@@ -342,6 +354,9 @@ func (t StubNodeTemplate) merge(o StubNodeTemplate) StubNodeTemplate {
 	}
 	if o.ReadyDelay != 0 {
 		t.ReadyDelay = o.ReadyDelay
+	}
+	if o.RuntimeHandlers != nil {
+		t.RuntimeHandlers = o.RuntimeHandlers
 	}
 	f, of := t.Faults, o.Faults
 	if of.RejectPods != "" {
@@ -629,6 +644,11 @@ func (t StubNodeTemplate) validate(where string, nodeMaskSize int) error {
 	}
 	if ips := 1<<(32-nodeMaskSize) - 2; maxPods > ips {
 		return bad("capacity", "%d pods do not fit the %d pod IPs of a /%d node block", maxPods, ips, nodeMaskSize)
+	}
+	for _, h := range t.RuntimeHandlers {
+		if errs := validation.IsDNS1123Label(h); len(errs) > 0 {
+			return bad("runtime-handlers", "%q: %s", h, strings.Join(errs, "; "))
+		}
 	}
 	for _, a := range t.Addresses {
 		switch a.Type {

@@ -35,6 +35,9 @@
 //	                                            images the node cannot pull (ErrImagePull,
 //	                                            ImagePullBackOff), on top of the configured ones
 //	stub.miniplane.io/fail-probes: "readiness"  readiness (or startup) probes fail
+//	stub.miniplane.io/runtime-handlers: "kata"  runtime handlers the node has on top of the
+//	                                            configured ones (pods of a RuntimeClass
+//	                                            naming another wait in ContainerCreating)
 //
 // The same behaviours can be set per node in the configuration (configs.StubFaults), with
 // a rate (reject 20% of pods, fail 10%) drawn from a per-node random seeded by fault-seed.

@@ -2,11 +2,13 @@ package kubeletstub
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/miniplane/miniplane/configs"
 )
@@ -43,11 +45,15 @@ const (
 	// unready after failureThreshold periods and keeps others unready; a failing startup
 	// probe keeps containers not started (and unready). Removing it lets them recover.
 	AnnotationFailProbes = "stub.miniplane.io/fail-probes"
+	// AnnotationRuntimeHandlers ("kata,runsc") adds container runtime handlers to the node's
+	// configured ones (StubNodeTemplate.RuntimeHandlers), as installing a runtime does: pods
+	// waiting for one of them start, and the node reports them in status.runtimeHandlers.
+	AnnotationRuntimeHandlers = "stub.miniplane.io/runtime-handlers"
 )
 
 // faultAnnotations are the annotations whose change re-syncs a node's pods.
 var faultAnnotations = []string{AnnotationRejectPods, AnnotationFailAfter, AnnotationReadyDelay, AnnotationConditions,
-	AnnotationStopHeartbeats, AnnotationImagePullFailures, AnnotationFailProbes}
+	AnnotationStopHeartbeats, AnnotationImagePullFailures, AnnotationFailProbes, AnnotationRuntimeHandlers}
 
 // DefaultRejectReason is the reason of AnnotationRejectPods when its value is empty.
 const DefaultRejectReason = "Rejected"
@@ -73,6 +79,9 @@ type faults struct {
 	pullFailures []imagePattern
 	// failProbes lists the probe kinds that fail.
 	failProbes [numProbeKinds]bool
+	// runtimeHandlers are the node's named runtime handlers: the configured ones, then the
+	// annotation's; the default handler "" is always there besides them.
+	runtimeHandlers []string
 }
 
 // currentFaults combines the node's configured template with the annotations of its Node
@@ -89,7 +98,8 @@ func currentFaults(tmpl *configs.StubNodeTemplate, annotations map[string]string
 		readyDelay:   tmpl.ReadyDelay,
 		conditions:   configuredConditions(cf.Conditions),
 		// StopHeartbeats in the configuration is overridden by the annotation either way.
-		stopHeartbeats: cf.StopHeartbeats,
+		stopHeartbeats:  cf.StopHeartbeats,
+		runtimeHandlers: tmpl.RuntimeHandlers,
 	}
 	if v, ok := annotations[AnnotationRejectPods]; ok {
 		f.rejectReason = strings.TrimSpace(v)
@@ -126,7 +136,44 @@ func currentFaults(tmpl *configs.StubNodeTemplate, annotations map[string]string
 	if v, ok := annotations[AnnotationFailProbes]; ok {
 		f.failProbes, _ = parseProbeKinds(v)
 	}
+	if v, ok := annotations[AnnotationRuntimeHandlers]; ok {
+		if extra, err := parseRuntimeHandlers(v); err == nil {
+			f.runtimeHandlers = appendNew(slices.Clone(f.runtimeHandlers), extra...)
+		}
+	}
 	return f
+}
+
+// hasRuntimeHandler reports whether the node runs pods of handler ("" is the default one).
+func (f *faults) hasRuntimeHandler(handler string) bool {
+	return handler == "" || slices.Contains(f.runtimeHandlers, handler)
+}
+
+// parseRuntimeHandlers parses the value of AnnotationRuntimeHandlers: handler names (DNS
+// labels, as a RuntimeClass's handler), comma-separated.
+func parseRuntimeHandlers(v string) ([]string, error) {
+	var out []string
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(h); len(errs) > 0 {
+			return nil, fmt.Errorf("%q: %s", h, strings.Join(errs, "; "))
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// appendNew appends the elements of add that list does not hold yet.
+func appendNew(list []string, add ...string) []string {
+	for _, a := range add {
+		if !slices.Contains(list, a) {
+			list = append(list, a)
+		}
+	}
+	return list
 }
 
 // annotationProblems lists the fault annotations of a node that cannot be parsed, so the
@@ -153,6 +200,11 @@ func annotationProblems(annotations map[string]string) []error {
 	if v, ok := annotations[AnnotationImagePullFailures]; ok {
 		if _, err := parseImageAnnotation(v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", AnnotationImagePullFailures, err))
+		}
+	}
+	if v, ok := annotations[AnnotationRuntimeHandlers]; ok {
+		if _, err := parseRuntimeHandlers(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", AnnotationRuntimeHandlers, err))
 		}
 	}
 	if v, ok := annotations[AnnotationFailProbes]; ok {

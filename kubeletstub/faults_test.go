@@ -33,7 +33,23 @@ func TestCurrentFaults(t *testing.T) {
 		{
 			name: "healthy defaults",
 			tmpl: configs.DefaultKubeletStub().Template,
-			want: faults{rejectRate: 1, failRate: 1, rejectSource: "faults.reject-pods in the stub configuration"},
+			want: faults{rejectRate: 1, failRate: 1, rejectSource: "faults.reject-pods in the stub configuration",
+				runtimeHandlers: []string{"runc"}},
+		},
+		{
+			name:        "runtime handlers added by the annotation",
+			tmpl:        configs.DefaultKubeletStub().Template,
+			annotations: map[string]string{AnnotationRuntimeHandlers: "kata, runc,runsc,"},
+			want: faults{rejectRate: 1, failRate: 1, rejectSource: "faults.reject-pods in the stub configuration",
+				runtimeHandlers: []string{"runc", "kata", "runsc"}},
+		},
+		{
+			name:        "a malformed handler list adds nothing",
+			tmpl:        configs.DefaultKubeletStub().Template,
+			annotations: map[string]string{AnnotationRuntimeHandlers: "kata,Not_A_Label"},
+			want: faults{rejectRate: 1, failRate: 1, rejectSource: "faults.reject-pods in the stub configuration",
+				runtimeHandlers: []string{"runc"}},
+			problems: 1,
 		},
 		{
 			name: "configuration only",
@@ -64,7 +80,8 @@ func TestCurrentFaults(t *testing.T) {
 			name:        "empty reject reason means Rejected",
 			tmpl:        configs.DefaultKubeletStub().Template,
 			annotations: map[string]string{AnnotationRejectPods: ""},
-			want:        faults{rejectReason: "Rejected", rejectRate: 1, failRate: 1, rejectSource: "node annotation " + AnnotationRejectPods},
+			want: faults{rejectReason: "Rejected", rejectRate: 1, failRate: 1, rejectSource: "node annotation " + AnnotationRejectPods,
+				runtimeHandlers: []string{"runc"}},
 		},
 		{
 			name: "malformed annotations are ignored and reported",

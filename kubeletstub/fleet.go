@@ -76,6 +76,10 @@ type Fleet struct {
 	sharedInformers bool
 	nodeInformer    cache.SharedIndexInformer
 	podInformer     cache.SharedIndexInformer
+	// classFactory watches RuntimeClasses, to find the handler a pod's class names; the
+	// node and pod factories filter by field, which a RuntimeClass has none of.
+	classFactory  informers.SharedInformerFactory
+	classInformer cache.SharedIndexInformer
 
 	registrar *registrar
 	heartbeat *heartbeater
@@ -178,9 +182,10 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 // names". The filtering is also what lets a fleet read shared caches of every Node and Pod.
 func (f *Fleet) buildInformers(shared informers.SharedInformerFactory) {
 	if shared != nil {
-		f.nodeFactory, f.podFactory, f.sharedInformers = shared, shared, true
+		f.nodeFactory, f.podFactory, f.classFactory, f.sharedInformers = shared, shared, shared, true
 		f.nodeInformer = shared.Core().V1().Nodes().Informer()
 		f.podInformer = shared.Core().V1().Pods().Informer()
+		f.classInformer = shared.Node().V1().RuntimeClasses().Informer()
 		return
 	}
 	nodeSelector, podSelector := fields.Everything(), fields.OneTermNotEqualSelector("spec.nodeName", "")
@@ -194,8 +199,10 @@ func (f *Fleet) buildInformers(shared informers.SharedInformerFactory) {
 	f.podFactory = informers.NewSharedInformerFactoryWithOptions(f.client, 0,
 		informers.WithTransform(trimObject),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = podSelector.String() }))
+	f.classFactory = informers.NewSharedInformerFactoryWithOptions(f.client, 0, informers.WithTransform(trimObject))
 	f.nodeInformer = f.nodeFactory.Core().V1().Nodes().Informer()
 	f.podInformer = f.podFactory.Core().V1().Pods().Informer()
+	f.classInformer = f.classFactory.Node().V1().RuntimeClasses().Informer()
 }
 
 // trimObject drops managed fields from cached objects: the stub never reads them, and with
@@ -237,12 +244,13 @@ func (f *Fleet) buildLoops() {
 	}
 	podTimers := newTimerQueue[string](f.clock)
 	f.pods = &podController{
-		client:     f.client,
-		podLister:  f.podFactory.Core().V1().Pods().Lister(),
-		podIndexer: f.podInformer.GetIndexer(),
-		nodeLister: nodeLister,
-		nodes:      f.byName,
-		clock:      f.clock,
+		client:      f.client,
+		podLister:   f.podFactory.Core().V1().Pods().Lister(),
+		podIndexer:  f.podInformer.GetIndexer(),
+		nodeLister:  nodeLister,
+		classLister: f.classFactory.Node().V1().RuntimeClasses().Lister(),
+		nodes:       f.byName,
+		clock:       f.clock,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](podRetryInitial, podRetryMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{DelayingQueue: podTimers}),
@@ -398,11 +406,12 @@ func (f *Fleet) Run(ctx context.Context) error {
 
 	f.nodeFactory.Start(ctx.Done())
 	f.podFactory.Start(ctx.Done())
+	f.classFactory.Start(ctx.Done())
 	var wg sync.WaitGroup
 	for _, t := range f.timers {
 		t.start()
 	}
-	if cache.WaitForCacheSync(ctx.Done(), f.nodeInformer.HasSynced, f.podInformer.HasSynced) {
+	if cache.WaitForCacheSync(ctx.Done(), f.nodeInformer.HasSynced, f.podInformer.HasSynced, f.classInformer.HasSynced) {
 		f.heartbeat.origin = f.clock.Now()
 		for range f.cfg.HeartbeatWorkerCount() {
 			wg.Go(func() { f.registrar.worker(ctx) })
@@ -422,6 +431,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if !f.sharedInformers {
 		f.nodeFactory.Shutdown()
 		f.podFactory.Shutdown()
+		f.classFactory.Shutdown()
 	}
 	if broadcaster != nil {
 		broadcaster.Shutdown()

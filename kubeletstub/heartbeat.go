@@ -176,9 +176,9 @@ func (h *heartbeater) syncStatus(ctx context.Context, n *stubNode) error {
 	if ready := findNodeCondition(node, corev1.NodeReady); ready == nil || ready.LastHeartbeatTime.Before(&n.lastReport) {
 		// The cache has not seen our last write yet (every write stamps Ready's heartbeat):
 		// compare with what we wrote rather than write the same thing twice.
-		differs = n.lastConditions == nil || !slices.Equal(want, n.lastConditions)
+		differs = n.lastConditions == nil || !slices.Equal(want, n.lastConditions) || !slices.Equal(f.runtimeHandlers, n.lastHandlers)
 	} else {
-		differs = n.statusDiffers(node, want)
+		differs = n.statusDiffers(node, want, f.runtimeHandlers)
 	}
 	if !differs && now.Sub(lastReport.Time) < h.reportInterval {
 		h.metrics.heartbeat(beatStatus, resultUnchanged)
@@ -186,7 +186,7 @@ func (h *heartbeater) syncStatus(ctx context.Context, n *stubNode) error {
 		return nil
 	}
 	stamp := metav1.NewTime(now).Rfc3339Copy()
-	status := n.status(want, node, stamp)
+	status := n.status(want, f.runtimeHandlers, node, stamp)
 	// A strategic merge patch, as the kubelet sends: conditions merge by type, so other
 	// writers' conditions survive, and no resourceVersion means no conflicts with the node
 	// lifecycle controller or kubectl annotate.
@@ -197,15 +197,18 @@ func (h *heartbeater) syncStatus(ctx context.Context, n *stubNode) error {
 	if _, err := h.client.CoreV1().Nodes().Patch(ctx, n.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("patch node status: %w", err)
 	}
-	n.lastReport, n.lastConditions = stamp, want
+	n.lastReport, n.lastConditions, n.lastHandlers = stamp, want, f.runtimeHandlers
 	h.metrics.heartbeat(beatStatus, resultWritten)
 	h.onBeat(n, beatStatus)
 	return nil
 }
 
-// statusDiffers reports whether the node's status says anything other than want and the
-// configured capacity, addresses and node info (timestamps aside).
-func (n *stubNode) statusDiffers(node *corev1.Node, want []condition) bool {
+// statusDiffers reports whether the node's status says anything other than want, the
+// runtime handlers and the configured capacity, addresses and node info (timestamps aside).
+func (n *stubNode) statusDiffers(node *corev1.Node, want []condition, handlers []string) bool {
+	if !runtimeHandlersMatch(node.Status.RuntimeHandlers, handlers) {
+		return true
+	}
 	for _, c := range want {
 		cur := findNodeCondition(node, c.typ)
 		if cur == nil || cur.Status != c.status || cur.Reason != c.reason || cur.Message != c.message {

@@ -70,6 +70,7 @@ type stubNode struct {
 	// key (the work queue never hands one key to two workers at once).
 	lastReport     metav1.Time
 	lastConditions []condition
+	lastHandlers   []string
 	statusErrors   int
 	lease          *coordinationv1.Lease
 	leaseErrors    int
@@ -224,7 +225,7 @@ func (n *stubNode) newNodeObject(now time.Time) *corev1.Node {
 			ProviderID: "miniplane://" + n.name,
 			Taints:     n.taints,
 		},
-		Status: n.status(conditions(currentFaults(&n.tmpl, n.annotations)), nil, metav1.NewTime(now).Rfc3339Copy()),
+		Status: n.newNodeStatus(now),
 	}
 	if n.podCIDR != "" {
 		// Without a block of its own the node gets one from the control plane.
@@ -234,15 +235,17 @@ func (n *stubNode) newNodeObject(now time.Time) *corev1.Node {
 }
 
 // status is the node status to report: the configured capacity, addresses and node info,
-// and the conditions want, heartbeat at stamp. A condition whose status is the same in
-// current (the Node as last seen, or nil) keeps its transition time.
-func (n *stubNode) status(want []condition, current *corev1.Node, stamp metav1.Time) corev1.NodeStatus {
+// the runtime handlers named (and the default one), and the conditions want, heartbeat at
+// stamp. A condition whose status is the same in current (the Node as last seen, or nil)
+// keeps its transition time.
+func (n *stubNode) status(want []condition, handlers []string, current *corev1.Node, stamp metav1.Time) corev1.NodeStatus {
 	status := corev1.NodeStatus{
 		Capacity:        n.capacity,
 		Allocatable:     n.allocatable,
 		Addresses:       n.addresses,
 		NodeInfo:        n.nodeInfo(),
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
+		RuntimeHandlers: runtimeHandlers(handlers),
 	}
 	for _, c := range want {
 		transition := stamp
@@ -257,6 +260,40 @@ func (n *stubNode) status(want []condition, current *corev1.Node, stamp metav1.T
 		})
 	}
 	return status
+}
+
+// runtimeHandlers is status.runtimeHandlers as a kubelet on containerd 2 reports it: the
+// named handlers, then the default one (""), each with the features a current kernel gives.
+func runtimeHandlers(names []string) []corev1.NodeRuntimeHandler {
+	out := make([]corev1.NodeRuntimeHandler, 0, len(names)+1)
+	for i := 0; i <= len(names); i++ {
+		name := ""
+		if i < len(names) {
+			name = names[i]
+		}
+		out = append(out, corev1.NodeRuntimeHandler{Name: name, Features: &corev1.NodeRuntimeHandlerFeatures{
+			RecursiveReadOnlyMounts: ptrTo(true), UserNamespaces: ptrTo(true)}})
+	}
+	return out
+}
+
+// runtimeHandlersMatch reports whether have is what runtimeHandlers(names) reports, by name.
+func runtimeHandlersMatch(have []corev1.NodeRuntimeHandler, names []string) bool {
+	if len(have) != len(names)+1 || have[len(names)].Name != "" {
+		return false
+	}
+	for i, name := range names {
+		if have[i].Name != name {
+			return false
+		}
+	}
+	return true
+}
+
+// newNodeStatus is the status a node registers with.
+func (n *stubNode) newNodeStatus(now time.Time) corev1.NodeStatus {
+	f := currentFaults(&n.tmpl, n.annotations)
+	return n.status(conditions(f), f.runtimeHandlers, nil, metav1.NewTime(now).Rfc3339Copy())
 }
 
 func (n *stubNode) nodeInfo() corev1.NodeSystemInfo {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -42,9 +43,11 @@ type podController struct {
 	podLister  corelisters.PodLister
 	podIndexer cache.Indexer
 	nodeLister corelisters.NodeLister
-	nodes      map[string]*stubNode
-	clock      clock.WithTicker
-	queue      workqueue.TypedRateLimitingInterface[string]
+	// classLister finds the handler of a pod's RuntimeClass.
+	classLister nodelisters.RuntimeClassLister
+	nodes       map[string]*stubNode
+	clock       clock.WithTicker
+	queue       workqueue.TypedRateLimitingInterface[string]
 	// timers is the queue's delaying layer, for re-syncs at a computed instant.
 	timers  *timerQueue[string]
 	log     *slog.Logger
@@ -176,12 +179,19 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	}
 
 	var (
-		want corev1.PodStatus
-		wake time.Duration
+		want    corev1.PodStatus
+		wake    time.Duration
+		sandbox string // why the pod's sandbox cannot be created, if it cannot
 	)
-	if rec.rejected != nil {
+	if rec.rejected == nil && rec.sandboxAt.IsZero() {
+		sandbox = c.createSandbox(pod, rec, f, now)
+	}
+	switch {
+	case rec.rejected != nil:
 		want = rejectedStatus(pod, rec.rejected)
-	} else {
+	case sandbox != "":
+		want = noSandboxStatus(pod, n.hostIP, rec)
+	default:
 		want, wake = startedStatus(pod, statusInput{
 			hostIP: n.hostIP,
 			rec:    rec,
@@ -206,12 +216,58 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 		return time.Time{}, err
 	}
 	rec.written = &want
-	if rec.rejected != nil {
+	switch {
+	case rec.rejected != nil:
 		c.event(n, pod, corev1.EventTypeWarning, rec.rejected.reason, rec.rejected.message)
-	} else {
+	case sandbox != "":
+		c.event(n, pod, corev1.EventTypeWarning, reasonFailedCreatePodSandBox, sandbox)
+	default:
 		c.pullEvents(n, pod, &pod.Status, &want)
 	}
 	return wakeAt, nil
+}
+
+// reasonFailedCreatePodSandBox is the kubelet's event reason when the runtime cannot create
+// a pod's sandbox.
+const reasonFailedCreatePodSandBox = "FailedCreatePodSandBox"
+
+// createSandbox creates the admitted pod's sandbox, on the node's runtime handler for the
+// pod's RuntimeClass: it records when, and returns "". When the node has no such handler
+// (or the class is gone) it returns the kubelet's event message instead, and the pod waits:
+// the node update that adds the handler re-queues it, and the sandbox is created then.
+// A pod whose sandbox an earlier run of the stub created keeps it.
+func (c *podController) createSandbox(pod *corev1.Pod, rec *podRecord, f faults, now time.Time) string {
+	if cond := podCondition(pod, corev1.PodReadyToStartContainers); cond != nil && cond.Status == corev1.ConditionTrue {
+		rec.sandboxAt = rec.start
+		return ""
+	}
+	if name := pod.Spec.RuntimeClassName; name != nil && *name != "" {
+		class, err := c.classLister.Get(*name)
+		switch {
+		case err != nil:
+			rec.waitedForSandbox = true
+			return fmt.Sprintf("Failed to create pod sandbox: failed to get sandbox runtime handler: RuntimeClass %q: %v", *name, err)
+		case !f.hasRuntimeHandler(class.Handler):
+			rec.waitedForSandbox = true
+			return fmt.Sprintf("Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for %q is configured", class.Handler)
+		}
+	}
+	// A pod that never waited starts from its admission, as before there were handlers to
+	// wait for; one that waited starts now.
+	rec.sandboxAt = rec.start
+	if rec.waitedForSandbox {
+		rec.sandboxAt = now
+	}
+	return ""
+}
+
+func podCondition(pod *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == typ {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // record returns the node's record of pod, admitting the pod first if the node has not

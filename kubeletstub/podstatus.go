@@ -27,8 +27,13 @@ type podRecord struct {
 	// failAfter is the configured fail-after decided for this pod at admission (0: never);
 	// the fail-after annotation, when present, applies on top of it to every pod.
 	failAfter time.Duration
-	stopped   bool
-	written   *corev1.PodStatus
+	// sandboxAt is when the pod's sandbox was created (zero: not yet, or at start); its
+	// containers run the start delay after it. It is start unless the pod had to wait for
+	// its runtime handler (waitedForSandbox).
+	sandboxAt        time.Time
+	waitedForSandbox bool
+	stopped          bool
+	written          *corev1.PodStatus
 }
 
 func ts(t time.Time) metav1.Time { return metav1.NewTime(t).Rfc3339Copy() }
@@ -43,7 +48,11 @@ type podTimeline struct {
 
 func timeline(rec *podRecord, startDelay time.Duration, f faults) podTimeline {
 	tl := podTimeline{start: rec.start}
-	tl.running = tl.start.Add(startDelay)
+	sandbox := rec.sandboxAt
+	if sandbox.IsZero() {
+		sandbox = rec.start
+	}
+	tl.running = sandbox.Add(startDelay)
 	tl.ready = tl.running.Add(f.readyDelay)
 	switch {
 	case f.failFromAnnotation:
@@ -92,16 +101,7 @@ func startedStatus(pod *corev1.Pod, in statusInput) (corev1.PodStatus, time.Dura
 	setPodCondition(&s, corev1.PodScheduled, corev1.ConditionTrue, "", start)
 	if now.Before(tl.running) {
 		// The sandbox is not ready: nothing has started yet.
-		s.Phase = corev1.PodPending
-		setPodCondition(&s, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "", start)
-		setInitialized(&s, containerNames(pod.Spec.InitContainers), start)
-		notReady(&s, containerNames(pod.Spec.Containers), "ContainersNotReady", start)
-		s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, func(corev1.Container) corev1.ContainerState {
-			return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
-		}, nil)
-		s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, func(corev1.Container) corev1.ContainerState {
-			return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
-		}, nil)
+		sandboxNotReady(&s, pod, start)
 		w.at(tl.running)
 		return s, w.after()
 	}
@@ -145,6 +145,31 @@ func startedStatus(pod *corev1.Pod, in statusInput) (corev1.PodStatus, time.Dura
 	}
 	s.InitContainerStatuses, s.ContainerStatuses = p.init, p.main
 	return s, w.after()
+}
+
+// noSandboxStatus is the status of an admitted pod whose sandbox cannot be created: Pending,
+// its containers waiting in ContainerCreating, and no pod IP, since no sandbox has one.
+func noSandboxStatus(pod *corev1.Pod, hostIP string, rec *podRecord) corev1.PodStatus {
+	s := baseStatus(pod, hostIP, rec)
+	s.PodIP, s.PodIPs = "", nil
+	start := ts(rec.start)
+	setPodCondition(&s, corev1.PodScheduled, corev1.ConditionTrue, "", start)
+	sandboxNotReady(&s, pod, start)
+	return s
+}
+
+// sandboxNotReady fills in a pending pod whose containers wait for their sandbox.
+func sandboxNotReady(s *corev1.PodStatus, pod *corev1.Pod, start metav1.Time) {
+	s.Phase = corev1.PodPending
+	setPodCondition(s, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "", start)
+	setInitialized(s, containerNames(pod.Spec.InitContainers), start)
+	notReady(s, containerNames(pod.Spec.Containers), "ContainersNotReady", start)
+	s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, func(corev1.Container) corev1.ContainerState {
+		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+	}, nil)
+	s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, func(corev1.Container) corev1.ContainerState {
+		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	}, nil)
 }
 
 // containerPlan is the state of a started pod's containers at one instant.

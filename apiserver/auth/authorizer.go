@@ -181,6 +181,8 @@ func NodeRules() []rbacv1.PolicyRule {
 		rule([]string{"get", "list", "watch", "delete"}, []string{""}, "pods"),
 		rule([]string{"update", "patch"}, []string{""}, "pods/status"),
 		rule([]string{"get", "create", "update", "patch"}, []string{"coordination.k8s.io"}, "leases"),
+		// A kubelet reads RuntimeClasses to find the runtime handler of a pod's class.
+		rule([]string{"get", "list", "watch"}, []string{"node.k8s.io"}, "runtimeclasses"),
 	}
 }
 

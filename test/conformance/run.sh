@@ -162,8 +162,15 @@ if [ -n "$KUBECONFIG_ARG" ]; then
 else
 	log "building miniplane"
 	(cd "$REPO" && CGO_ENABLED=0 "$GO" build -o "$WORK/miniplane" ./cmd/miniplane)
+	# The stub nodes get the runtime handler the e2e suite expects a test cluster's container
+	# runtime to have (kind and local-up-cluster configure containerd with it), besides runc.
+	cat >"$WORK/miniplane.yaml" <<-'EOF'
+		kubeletstub:
+		  template:
+		    runtime-handlers: [runc, test-handler]
+	EOF
 	log "starting miniplane up --nodes $NODES in $WORK"
-	"$WORK/miniplane" up --data-dir "$WORK/data" --listen 127.0.0.1:0 --nodes "$NODES" \
+	"$WORK/miniplane" up --data-dir "$WORK/data" --listen 127.0.0.1:0 --nodes "$NODES" --config "$WORK/miniplane.yaml" \
 		>"$WORK/miniplane.out" 2>"$WORK/miniplane.log" &
 	MINIPLANE_PID=$!
 	KUBECONFIG_FILE=$WORK/data/kubeconfig
