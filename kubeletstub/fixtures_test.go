@@ -52,6 +52,12 @@ func testConfig(nodes int) configs.KubeletStub {
 // test ends.
 func newTestFleet(t *testing.T, cfg configs.KubeletStub, objects ...runtime.Object) *testFleet {
 	t.Helper()
+	return newTestFleetAt(t, cfg, t0, objects...)
+}
+
+// newTestFleetAt is newTestFleet with its fake clock at now: a stub restarted later.
+func newTestFleetAt(t *testing.T, cfg configs.KubeletStub, now time.Time, objects ...runtime.Object) *testFleet {
+	t.Helper()
 	client := fake.NewClientset(objects...)
 	// The fake API does not set UIDs; a real one does, and the stub relies on them (lease
 	// owner references, delete preconditions).
@@ -61,7 +67,7 @@ func newTestFleet(t *testing.T, cfg configs.KubeletStub, objects ...runtime.Obje
 		}
 		return false, nil, nil
 	})
-	clk := testingclock.NewFakeClock(t0)
+	clk := testingclock.NewFakeClock(now)
 	f, err := New(cfg, Options{Client: client, Clock: clk, Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("New: %v", err)

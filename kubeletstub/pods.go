@@ -184,7 +184,7 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 		sandbox string // why the pod's sandbox cannot be created, if it cannot
 	)
 	if rec.rejected == nil && rec.sandboxAt.IsZero() {
-		sandbox = c.createSandbox(pod, rec, f, now)
+		sandbox = c.createSandbox(pod, rec, f, n.tmpl.StartDelay, now)
 	}
 	switch {
 	case rec.rejected != nil:
@@ -236,9 +236,14 @@ const reasonFailedCreatePodSandBox = "FailedCreatePodSandBox"
 // (or the class is gone) it returns the kubelet's event message instead, and the pod waits:
 // the node update that adds the handler re-queues it, and the sandbox is created then.
 // A pod whose sandbox an earlier run of the stub created keeps it.
-func (c *podController) createSandbox(pod *corev1.Pod, rec *podRecord, f faults, now time.Time) string {
+func (c *podController) createSandbox(pod *corev1.Pod, rec *podRecord, f faults, startDelay time.Duration, now time.Time) string {
 	if cond := podCondition(pod, corev1.PodReadyToStartContainers); cond != nil && cond.Status == corev1.ConditionTrue {
+		// The condition turned True when the containers started, the start delay after the
+		// sandbox: a pod that waited for its handler keeps the time it really started.
 		rec.sandboxAt = rec.start
+		if at := cond.LastTransitionTime.Add(-startDelay); at.After(rec.start) {
+			rec.sandboxAt = at
+		}
 		return ""
 	}
 	if name := pod.Spec.RuntimeClassName; name != nil && *name != "" {

@@ -1,0 +1,63 @@
+package kubeletstub
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/miniplane/miniplane/internal/poll"
+)
+
+// TestSandboxWaitsForItsHandler: a pod of a handler the node lacks waits without a sandbox;
+// once the handler is added its sandbox is created then, and its containers run the start
+// delay after that, not after admission. A stub restarted over a pod whose sandbox exists
+// leaves it running even when the handler is gone.
+func TestSandboxWaitsForItsHandler(t *testing.T) {
+	cfg := testConfig(1)
+	cfg.Template.StartDelay = 2 * time.Second
+	class := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kata"}, Handler: "kata"}
+	tf := newTestFleet(t, cfg, class)
+	tf.waitReady(t)
+	pod := newPod(podSpec{name: "p", node: "n-0"})
+	pod.Spec.RuntimeClassName = ptr("kata")
+	tf.createPod(t, pod)
+
+	poll.Until(t, waitTimeout, "p waits for its sandbox", func() bool { return len(tf.pod(t, "p").Status.ContainerStatuses) == 1 })
+	p := tf.pod(t, "p")
+	if w := p.Status.ContainerStatuses[0].State.Waiting; p.Status.Phase != corev1.PodPending || w == nil ||
+		w.Reason != "ContainerCreating" || p.Status.PodIP != "" {
+		t.Fatalf("status without the handler = %+v, want Pending, ContainerCreating, no IP", p.Status)
+	}
+	if c := findPodCondition(p, corev1.PodReadyToStartContainers); c == nil || c.Status != corev1.ConditionFalse {
+		t.Errorf("PodReadyToStartContainers = %+v, want False", c)
+	}
+	// Time passes without the handler; what starts later is timed from when it came.
+	tf.clock.Step(5 * time.Second)
+
+	tf.annotate(t, "n-0", AnnotationRuntimeHandlers, ptr("kata"))
+	poll.Until(t, waitTimeout, "p gets its sandbox and IP", func() bool { return tf.pod(t, "p").Status.PodIP != "" })
+	if ph := tf.pod(t, "p").Status.Phase; ph != corev1.PodPending {
+		t.Fatalf("phase %s right after the sandbox, want Pending for the 2s start delay", ph)
+	}
+	tf.clock.Step(2 * time.Second)
+	p = tf.waitPhase(t, "p", corev1.PodRunning)
+	if started := p.Status.ContainerStatuses[0].State.Running.StartedAt.Time; !started.Equal(t0.Add(7 * time.Second)) {
+		t.Errorf("containers started at t0+%s, want t0+7s: the start delay counts from the sandbox", started.Sub(t0))
+	}
+	if h := tf.node(t, "n-0").Status.RuntimeHandlers; !runtimeHandlersMatch(h, []string{"runc", "kata"}) {
+		t.Errorf("status.runtimeHandlers = %+v, want runc, kata and the default", h)
+	}
+
+	// A second stub over the same objects, without the handler: the pod keeps its sandbox.
+	node := tf.node(t, "n-0")
+	delete(node.Annotations, AnnotationRuntimeHandlers)
+	tf2 := newTestFleetAt(t, cfg, tf.clock.Now(), class, node, p)
+	tf2.waitReady(t)
+	poll.Until(t, waitTimeout, "the restarted stub to sync p", func() bool { return tf2.pods.queue.Len() == 0 })
+	if got := tf2.statusUpdates()["p"]; got != 0 {
+		t.Errorf("the restarted stub rewrote the running pod %d times", got)
+	}
+}
