@@ -191,6 +191,9 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 		want = rejectedStatus(pod, rec.rejected)
 	case sandbox != "":
 		want = noSandboxStatus(pod, n.hostIP, rec)
+		// Tried again as a kubelet's pod worker does after a failed sync; a node update
+		// (a handler added) re-queues it sooner.
+		wake = sandboxRetryInterval
 	default:
 		want, wake = startedStatus(pod, statusInput{
 			hostIP: n.hostIP,
@@ -227,9 +230,15 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	return wakeAt, nil
 }
 
-// reasonFailedCreatePodSandBox is the kubelet's event reason when the runtime cannot create
-// a pod's sandbox.
-const reasonFailedCreatePodSandBox = "FailedCreatePodSandBox"
+const (
+	// reasonFailedCreatePodSandBox is the kubelet's event reason when the runtime cannot
+	// create a pod's sandbox.
+	reasonFailedCreatePodSandBox = "FailedCreatePodSandBox"
+	// sandboxRetryInterval is how soon a pod whose sandbox could not be created is tried
+	// again: the kubelet's back-off after a failed pod sync. It also covers a RuntimeClass
+	// created just before its pod and not yet in the stub's cache.
+	sandboxRetryInterval = 10 * time.Second
+)
 
 // createSandbox creates the admitted pod's sandbox, on the node's runtime handler for the
 // pod's RuntimeClass: it records when, and returns "". When the node has no such handler

@@ -1,6 +1,7 @@
 package kubeletstub
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -60,4 +61,30 @@ func TestSandboxWaitsForItsHandler(t *testing.T) {
 	if got := tf2.statusUpdates()["p"]; got != 0 {
 		t.Errorf("the restarted stub rewrote the running pod %d times", got)
 	}
+}
+
+// TestSandboxRetriesAClassNotYetSeen: a pod synced before its RuntimeClass reached the
+// stub's cache waits, and is tried again after the kubelet's back-off, as a kubelet retries a
+// failed pod sync.
+func TestSandboxRetriesAClassNotYetSeen(t *testing.T) {
+	tf := newTestFleet(t, testConfig(1))
+	tf.waitReady(t)
+	pod := newPod(podSpec{name: "p", node: "n-0"})
+	pod.Spec.RuntimeClassName = ptr("late")
+	tf.createPod(t, pod)
+	poll.Until(t, waitTimeout, "p waits for its sandbox", func() bool { return len(tf.pod(t, "p").Status.ContainerStatuses) == 1 })
+
+	class := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Handler: "runc"}
+	if _, err := tf.client.NodeV1().RuntimeClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, waitTimeout, "the class in the stub's cache", func() bool {
+		_, err := tf.pods.classLister.Get("late")
+		return err == nil
+	})
+	if ph := tf.pod(t, "p").Status.Phase; ph != corev1.PodPending {
+		t.Fatalf("phase %s before the retry, want Pending", ph)
+	}
+	tf.clock.Step(sandboxRetryInterval)
+	tf.waitPhase(t, "p", corev1.PodRunning)
 }
