@@ -375,7 +375,7 @@ func (s *Server) cached(gr schema.GroupResource, namespace string) []runtime.Obj
 // afterCreate does what follows the creation of an object: a namespace gets its default
 // ServiceAccount at once (kube-controller-manager's ServiceAccount controller does it a
 // moment later, which makes a pod created right after its namespace fail); a kind
-// miniplane runs no controller for gets an event saying so.
+// miniplane runs no controller for, or does not enforce, gets an event saying so.
 func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Object) {
 	m := obj.(metav1.Object)
 	var rv int64
@@ -393,6 +393,9 @@ func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Obj
 		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NoController", fmt.Sprintf(
 			"miniplane runs no %s controller: this %s is stored and served, but nothing acts on it (%s)",
 			res.notRunBy, res.kind, effect))
+	}
+	if res.inertNote != "" {
+		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NotEnforced", res.inertNote)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"sigs.k8s.io/yaml"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
@@ -123,6 +124,11 @@ func (c *call) key(namespace, name string) string {
 // respond writes one object in the negotiated shape. co, when given, is obj as the watch
 // cache holds it, with its encodings made once.
 func (c *call) respond(code int, obj runtime.Object, co *cachedObject) {
+	if note := c.info.res.inertNote; note != "" && c.r.Method != http.MethodGet && c.r.Method != http.MethodDelete {
+		if h, err := utilnet.NewWarningHeader(299, "-", note); err == nil {
+			c.w.Header().Add("Warning", h)
+		}
+	}
 	switch c.out.kind {
 	case outputTable:
 		writeOutput(c.w, c.out, code, c.s.toTable(c.info.res, []runtime.Object{obj}, c.out, c.r.URL.Query().Get("includeObject"), metav1.ListMeta{}))

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -171,6 +172,11 @@ type resource struct {
 	// notRunEffect says what the missing controller would have done, for that event;
 	// empty means "no pods are created for it".
 	notRunEffect string
+	// inertNote, when set, says that objects of this kind are stored but change nothing
+	// (webhook configurations: miniplane calls no webhooks). Every write of one answers
+	// with it as a Warning header, which kubectl prints, and a new one gets it as a
+	// Warning event.
+	inertNote string
 
 	// cache is the resource's watch cache, set before the resource is served.
 	cache *cacher
@@ -294,7 +300,7 @@ type builtinDeps struct {
 // builtinResources are the kinds every miniplane serves, in discovery order.
 func builtinResources(deps builtinDeps) []*resource {
 	var out []*resource
-	for _, group := range [][]*resource{coreResources(deps), appsResources(), otherResources(), storageAndNodeResources()} {
+	for _, group := range [][]*resource{coreResources(deps), appsResources(), otherResources(), storageAndNodeResources(), admissionResources()} {
 		out = append(out, group...)
 	}
 	return out
@@ -507,6 +513,24 @@ func storageAndNodeResources() []*resource {
 			newFunc: newCSI, newListFunc: newCSIList, strategy: csiDriverRules, validateName: validateCSIDriverName},
 		{group: "node.k8s.io", version: "v1", name: "runtimeclasses", kind: "RuntimeClass", singular: "runtimeclass",
 			newFunc: newRC, newListFunc: newRCList, strategy: runtimeClassRules},
+	}
+}
+
+func admissionResources() []*resource {
+	newVWC, newVWCList := listOf[admissionregistrationv1.ValidatingWebhookConfiguration, admissionregistrationv1.ValidatingWebhookConfigurationList]()
+	newMWC, newMWCList := listOf[admissionregistrationv1.MutatingWebhookConfiguration, admissionregistrationv1.MutatingWebhookConfigurationList]()
+	const group = "admissionregistration.k8s.io"
+	return []*resource{
+		{group: group, version: "v1", name: "validatingwebhookconfigurations", kind: "ValidatingWebhookConfiguration",
+			singular: "validatingwebhookconfiguration", categories: []string{"api-extensions"}, newFunc: newVWC, newListFunc: newVWCList,
+			strategy: webhookConfigurationStrategy[*admissionregistrationv1.ValidatingWebhookConfiguration]{validatingWebhookConfigurationRules,
+				func(c *admissionregistrationv1.ValidatingWebhookConfiguration) any { return c.Webhooks }},
+			tracksGeneration: true, inertNote: webhooksNotCalled},
+		{group: group, version: "v1", name: "mutatingwebhookconfigurations", kind: "MutatingWebhookConfiguration",
+			singular: "mutatingwebhookconfiguration", categories: []string{"api-extensions"}, newFunc: newMWC, newListFunc: newMWCList,
+			strategy: webhookConfigurationStrategy[*admissionregistrationv1.MutatingWebhookConfiguration]{mutatingWebhookConfigurationRules,
+				func(c *admissionregistrationv1.MutatingWebhookConfiguration) any { return c.Webhooks }},
+			tracksGeneration: true, inertNote: webhooksNotCalled},
 	}
 }
 
