@@ -193,7 +193,7 @@ func newCacher(res *resource, st cacheSource, root string, historySize int, clk 
 		clock:    clk,
 		log:      log.With("resource", res.name),
 		objects:  map[string]*cachedObject{},
-		history:  make([]*cacheEvent, historySize),
+		history:  make([]*cacheEvent, min(historySize, initialHistory)),
 		watchers: map[*cacheWatcher]struct{}{},
 		advanced: make(chan struct{}),
 	}
@@ -382,7 +382,19 @@ func (c *cacher) lastState(key string, rev int64) (runtime.Object, error) {
 	return obj, nil
 }
 
+// initialHistory is the ring's first size. It doubles as changes come, up to historySize:
+// most of the seventy-odd resources see a few changes in a run, and a full ring of each
+// from the start held 6 MB of the API server's heap (docs/watch-cache.md, "Memory").
+const initialHistory = 64
+
 func (c *cacher) pushHistoryLocked(ev *cacheEvent) {
+	if c.hLen == len(c.history) && len(c.history) < c.historySize {
+		grown := make([]*cacheEvent, min(2*len(c.history), c.historySize))
+		for i := range c.hLen {
+			grown[i] = c.history[(c.hStart+i)%len(c.history)]
+		}
+		c.history, c.hStart = grown, 0
+	}
 	if c.hLen == len(c.history) {
 		c.evictedRV = c.history[c.hStart].rv
 		c.hStart = (c.hStart + 1) % len(c.history)

@@ -413,6 +413,53 @@ func TestCacherEndsSlowWatcher(t *testing.T) {
 	}
 }
 
+// TestCacherHistoryGrows: the history ring starts small and grows as changes come, up to
+// its size; at every step a watch from any revision it still holds replays every change
+// after that revision in order, and one from before it is told the history is gone.
+func TestCacherHistoryGrows(t *testing.T) {
+	const size = 3*initialHistory + 5
+	ct := newCacheTest(t, size)
+	room := func() int {
+		ct.c.mu.RLock()
+		defer ct.c.mu.RUnlock()
+		return len(ct.c.history)
+	}
+	if n := room(); n != initialHistory {
+		t.Fatalf("a new cache's ring holds %d, want %d", n, initialHistory)
+	}
+	rv := int64(cacheStartRV)
+	for _, total := range []int{initialHistory, initialHistory + 1, 2*initialHistory + 1, size, size + 7} {
+		for ; rv < cacheStartRV+int64(total); rv++ {
+			ct.feed(modified(rv+1, testPod(fmt.Sprintf("p%d", rv%5), "", nil)))
+		}
+		held := min(total, size)
+		// Doubling keeps the ring under twice what it holds, and never over its size.
+		if n := room(); n < held || n > min(size, max(initialHistory, 2*held)) {
+			t.Fatalf("after %d changes the ring has room for %d, want %d to %d", total, n, held, min(size, max(initialHistory, 2*held)))
+		}
+		oldest := rv - int64(held) // the newest revision the history has forgotten, or the list's
+		w, err := ct.c.watch(selector("", ""), watchStart{fromRV: oldest}, size+1)
+		if err != nil {
+			t.Fatalf("after %d changes, watch from %d: %v", total, oldest, err)
+		}
+		got := frames(w)
+		if len(got) != held {
+			t.Fatalf("after %d changes, a watch from %d replayed %d, want %d", total, oldest, len(got), held)
+		}
+		for i, f := range got {
+			if want := fmt.Sprintf("@%d", oldest+1+int64(i)); !strings.HasSuffix(f, want) {
+				t.Fatalf("after %d changes, frame %d is %q, want revision %s", total, i, f, want)
+			}
+		}
+		ct.c.stopWatch(w)
+		if total > size {
+			if _, err := ct.c.watch(selector("", ""), watchStart{fromRV: oldest - 1}, size+1); !errors.Is(err, store.ErrExpired) {
+				t.Errorf("after %d changes, watch from a forgotten revision: %v, want ErrExpired", total, err)
+			}
+		}
+	}
+}
+
 // TestCacherBookmark: a bookmark carries the revision the cache has reached, after every
 // change up to it.
 func TestCacherBookmark(t *testing.T) {
