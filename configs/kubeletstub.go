@@ -168,6 +168,12 @@ type StubNodeTemplate struct {
 	// ReadyDelay is how long a running pod waits before its Ready condition turns True;
 	// default 0. The node annotation stub.miniplane.io/ready-delay overrides it.
 	ReadyDelay time.Duration `mapstructure:"ready-delay"`
+	// CompleteAfter, when positive, ends the containers of pods that are not restarted
+	// (restartPolicy Never or OnFailure) this long after they started, with exit code 0:
+	// the pod Succeeds, as a finished Job's or `helm test`'s pod does. Default 0: such
+	// containers run until the pod is deleted, like every other. The node annotation
+	// stub.miniplane.io/complete-after overrides it.
+	CompleteAfter time.Duration `mapstructure:"complete-after"`
 	// RuntimeHandlers are the container runtime handlers the node has besides the default
 	// one: a pod whose RuntimeClass names another handler stays Pending (ContainerCreating)
 	// with FailedCreatePodSandBox events, as on a node whose containerd has no such runtime.
@@ -354,6 +360,9 @@ func (t StubNodeTemplate) merge(o StubNodeTemplate) StubNodeTemplate {
 	}
 	if o.ReadyDelay != 0 {
 		t.ReadyDelay = o.ReadyDelay
+	}
+	if o.CompleteAfter != 0 {
+		t.CompleteAfter = o.CompleteAfter
 	}
 	if o.RuntimeHandlers != nil {
 		t.RuntimeHandlers = o.RuntimeHandlers
@@ -665,6 +674,8 @@ func (t StubNodeTemplate) validate(where string, nodeMaskSize int) error {
 		return bad("start-delay", "must not be negative")
 	case t.ReadyDelay < 0:
 		return bad("ready-delay", "must not be negative")
+	case t.CompleteAfter < 0:
+		return bad("complete-after", "must not be negative")
 	case t.Faults.RejectRate < 0 || t.Faults.RejectRate > 1:
 		return bad("faults::reject-rate", "must be between 0 and 1")
 	case t.Faults.FailRate < 0 || t.Faults.FailRate > 1:

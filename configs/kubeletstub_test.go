@@ -3,6 +3,7 @@ package configs
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStubWorkerCounts(t *testing.T) {
@@ -86,5 +87,28 @@ func TestReplicaInternalIPCIDR(t *testing.T) {
 				t.Errorf("the block does not validate for %d nodes: %v", tt.nodes, err)
 			}
 		})
+	}
+}
+
+func TestStubDelaysMustNotBeNegative(t *testing.T) {
+	for key, set := range map[string]func(*StubNodeTemplate){
+		"start-delay":    func(t *StubNodeTemplate) { t.StartDelay = -time.Second },
+		"ready-delay":    func(t *StubNodeTemplate) { t.ReadyDelay = -time.Second },
+		"complete-after": func(t *StubNodeTemplate) { t.CompleteAfter = -time.Second },
+	} {
+		c := DefaultKubeletStub()
+		set(&c.Template)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s -1s: Validate = %v, want an error naming it", key, err)
+		}
+	}
+	c := DefaultKubeletStub()
+	c.Template.CompleteAfter = 3 * time.Second
+	c.Overrides = []StubNodeOverride{{Name: "n-1", StubNodeTemplate: StubNodeTemplate{CompleteAfter: time.Minute}}}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("complete-after 3s: %v", err)
+	}
+	if got := c.Template.merge(c.Overrides[0].StubNodeTemplate).CompleteAfter; got != time.Minute {
+		t.Errorf("an override's complete-after = %v, want 1m", got)
 	}
 }

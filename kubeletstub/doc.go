@@ -28,6 +28,10 @@
 //	stub.miniplane.io/reject-pods: "<reason>"   new pods are rejected (phase Failed, that reason)
 //	stub.miniplane.io/fail-after: "<duration>"  running pods fail that long after they started
 //	stub.miniplane.io/ready-delay: "<duration>" pods turn Ready that long after they started
+//	stub.miniplane.io/complete-after: "<duration>"
+//	                                            pods that are not restarted (restartPolicy
+//	                                            Never, OnFailure) Succeed that long after
+//	                                            they started
 //	stub.miniplane.io/conditions: "MemoryPressure=True,DiskPressure=True"
 //	                                            the node reports these condition statuses
 //	stub.miniplane.io/stop-heartbeats: "true"   no status updates or Lease renewals

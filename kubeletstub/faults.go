@@ -28,6 +28,10 @@ const (
 	// AnnotationReadyDelay (a Go duration) is how long running pods wait before their Ready
 	// condition turns True; it applies to pods that are not Ready yet.
 	AnnotationReadyDelay = "stub.miniplane.io/ready-delay"
+	// AnnotationCompleteAfter (a Go duration) ends the containers of the node's pods that
+	// are not restarted (restartPolicy Never or OnFailure) that long after they started,
+	// with exit code 0, so the pods Succeed; pods already older than that complete at once.
+	AnnotationCompleteAfter = "stub.miniplane.io/complete-after"
 	// AnnotationConditions ("MemoryPressure=True,DiskPressure=True") makes the node report
 	// these condition statuses instead of the healthy ones; any of Ready, MemoryPressure,
 	// DiskPressure, PIDPressure and NetworkUnavailable may be set to True, False or Unknown.
@@ -52,7 +56,7 @@ const (
 )
 
 // faultAnnotations are the annotations whose change re-syncs a node's pods.
-var faultAnnotations = []string{AnnotationRejectPods, AnnotationFailAfter, AnnotationReadyDelay, AnnotationConditions,
+var faultAnnotations = []string{AnnotationRejectPods, AnnotationFailAfter, AnnotationReadyDelay, AnnotationCompleteAfter, AnnotationConditions,
 	AnnotationStopHeartbeats, AnnotationImagePullFailures, AnnotationFailProbes, AnnotationRuntimeHandlers}
 
 // DefaultRejectReason is the reason of AnnotationRejectPods when its value is empty.
@@ -72,6 +76,9 @@ type faults struct {
 	failRate           float64
 	failFromAnnotation bool
 	readyDelay         time.Duration
+	// completeAfter ends pods that are not restarted that long after they started (0:
+	// never).
+	completeAfter time.Duration
 	// conditions overrides the status of node conditions.
 	conditions     map[corev1.NodeConditionType]corev1.ConditionStatus
 	stopHeartbeats bool
@@ -90,13 +97,14 @@ type faults struct {
 func currentFaults(tmpl *configs.StubNodeTemplate, annotations map[string]string) faults {
 	cf := tmpl.Faults
 	f := faults{
-		rejectReason: cf.RejectPods,
-		rejectRate:   cf.RejectRate,
-		rejectSource: "faults.reject-pods in the stub configuration",
-		failAfter:    cf.FailAfter,
-		failRate:     cf.FailRate,
-		readyDelay:   tmpl.ReadyDelay,
-		conditions:   configuredConditions(cf.Conditions),
+		rejectReason:  cf.RejectPods,
+		rejectRate:    cf.RejectRate,
+		rejectSource:  "faults.reject-pods in the stub configuration",
+		failAfter:     cf.FailAfter,
+		failRate:      cf.FailRate,
+		readyDelay:    tmpl.ReadyDelay,
+		completeAfter: tmpl.CompleteAfter,
+		conditions:    configuredConditions(cf.Conditions),
 		// StopHeartbeats in the configuration is overridden by the annotation either way.
 		stopHeartbeats:  cf.StopHeartbeats,
 		runtimeHandlers: tmpl.RuntimeHandlers,
@@ -117,6 +125,11 @@ func currentFaults(tmpl *configs.StubNodeTemplate, annotations map[string]string
 	if v, ok := annotations[AnnotationReadyDelay]; ok {
 		if d, err := parseNonNegativeDuration(v); err == nil {
 			f.readyDelay = d
+		}
+	}
+	if v, ok := annotations[AnnotationCompleteAfter]; ok {
+		if d, err := parseNonNegativeDuration(v); err == nil {
+			f.completeAfter = d
 		}
 	}
 	if v, ok := annotations[AnnotationConditions]; ok {
@@ -180,7 +193,7 @@ func appendNew(list []string, add ...string) []string {
 // stub can log them once when they change instead of on every decision.
 func annotationProblems(annotations map[string]string) []error {
 	var errs []error
-	for _, key := range []string{AnnotationFailAfter, AnnotationReadyDelay} {
+	for _, key := range []string{AnnotationFailAfter, AnnotationReadyDelay, AnnotationCompleteAfter} {
 		if v, ok := annotations[key]; ok {
 			if _, err := parseNonNegativeDuration(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", key, err))

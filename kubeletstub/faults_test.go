@@ -299,3 +299,40 @@ func TestConfiguredFaultRates(t *testing.T) {
 		t.Errorf("%d pods running, want %d", got, pods-wantRejected-wantFailed)
 	}
 }
+
+// TestCompleteAfterAnnotation: pods that are not restarted complete that long after they
+// started (older ones at once), with exit code 0; pods that are restarted keep running.
+func TestCompleteAfterAnnotation(t *testing.T) {
+	tf := newTestFleet(t, testConfig(1))
+	tf.waitReady(t)
+	withRestart := func(name string, policy corev1.RestartPolicy) *corev1.Pod {
+		p := newPod(podSpec{name: name, node: "n-0"})
+		p.Spec.RestartPolicy = policy
+		return p
+	}
+	tf.createPod(t, withRestart("old", corev1.RestartPolicyNever))
+	tf.createPod(t, withRestart("daemon", corev1.RestartPolicyAlways))
+	tf.waitPhase(t, "old", corev1.PodRunning)
+	tf.waitPhase(t, "daemon", corev1.PodRunning)
+	tf.clock.Step(time.Minute)
+	tf.createPod(t, withRestart("young", corev1.RestartPolicyOnFailure))
+	tf.waitPhase(t, "young", corev1.PodRunning)
+	tf.annotate(t, "n-0", AnnotationCompleteAfter, ptr("30s"))
+
+	p := tf.waitPhase(t, "old", corev1.PodSucceeded)
+	term := p.Status.ContainerStatuses[0].State.Terminated
+	if term == nil || term.ExitCode != 0 || term.Reason != "Completed" || !term.FinishedAt.Time.Equal(t0.Add(30*time.Second)) || podReady(p) {
+		t.Errorf("completed pod = %+v, want exit 0 at t0+30s and not ready", p.Status)
+	}
+	if c := findPodCondition(p, corev1.PodReady); c == nil || c.Reason != "PodCompleted" {
+		t.Errorf("Ready condition of a completed pod = %+v, want reason PodCompleted", c)
+	}
+	if p := tf.pod(t, "young"); p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("young completed early: %+v", p.Status)
+	}
+	tf.clock.Step(30 * time.Second)
+	tf.waitPhase(t, "young", corev1.PodSucceeded)
+	if p := tf.pod(t, "daemon"); p.Status.Phase != corev1.PodRunning || !podReady(p) {
+		t.Errorf("a pod that is restarted completed: %+v", p.Status)
+	}
+}

@@ -198,7 +198,7 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 		want, wake = startedStatus(pod, statusInput{
 			hostIP: n.hostIP,
 			rec:    rec,
-			tl:     timeline(rec, n.tmpl.StartDelay, f),
+			tl:     timeline(rec, pod.Spec.RestartPolicy, n.tmpl.StartDelay, f),
 			pulls:  pullPolicy{cluster: c.pullFailures, node: f.pullFailures},
 			probes: n.observeProbeFaults(f, now),
 			now:    now,

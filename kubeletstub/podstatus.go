@@ -38,15 +38,19 @@ type podRecord struct {
 
 func ts(t time.Time) metav1.Time { return metav1.NewTime(t).Rfc3339Copy() }
 
-// podTimeline is when a started pod's containers run, turn ready and fail.
+// podTimeline is when a started pod's containers run, turn ready, and fail or complete.
 type podTimeline struct {
 	start, running, ready time.Time
 	// fails is false when no fault fails the pod.
 	fails  bool
 	failAt time.Time
+	// completes is false when the pod's containers run until it is deleted: it is
+	// restarted on exit, or complete-after is not set, or it fails first.
+	completes  bool
+	completeAt time.Time
 }
 
-func timeline(rec *podRecord, startDelay time.Duration, f faults) podTimeline {
+func timeline(rec *podRecord, restart corev1.RestartPolicy, startDelay time.Duration, f faults) podTimeline {
 	tl := podTimeline{start: rec.start}
 	sandbox := rec.sandboxAt
 	if sandbox.IsZero() {
@@ -59,6 +63,11 @@ func timeline(rec *podRecord, startDelay time.Duration, f faults) podTimeline {
 		tl.fails, tl.failAt = true, tl.running.Add(f.failAfter)
 	case rec.failAfter > 0:
 		tl.fails, tl.failAt = true, tl.running.Add(rec.failAfter)
+	}
+	if f.completeAfter > 0 && restart != corev1.RestartPolicyAlways && restart != "" {
+		tl.completeAt = tl.running.Add(f.completeAfter)
+		tl.completes = !tl.fails || tl.completeAt.Before(tl.failAt)
+		tl.fails = tl.fails && !tl.completes
 	}
 	return tl
 }
@@ -109,16 +118,14 @@ func startedStatus(pod *corev1.Pod, in statusInput) (corev1.PodStatus, time.Dura
 	p := planContainers(pod, in, &w)
 	allStarted := p.initialized && !p.waiting
 	if tl.fails && allStarted && !now.Before(tl.failAt) {
-		s.Phase = corev1.PodFailed
 		s.Message = fmt.Sprintf("The stub failed the pod's containers %s after they started (fault injection)", tl.failAt.Sub(tl.running))
-		notReady(&s, containerNames(pod.Spec.Containers), "PodFailed", ts(tl.failAt))
-		terminated := func(c corev1.Container) corev1.ContainerState {
-			return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 1, Reason: "Error", StartedAt: ts(tl.running), FinishedAt: ts(tl.failAt),
-			}}
-		}
-		s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, initDone(tl, terminated), nil)
-		s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, terminated, nil)
+		ended(&s, pod, tl, corev1.PodFailed, "PodFailed", tl.failAt, 1, "Error")
+		return s, 0
+	}
+	if tl.completes && allStarted && !now.Before(tl.completeAt) {
+		// As a kubelet ends a pod that is not restarted once its containers have exited
+		// 0, sidecars included.
+		ended(&s, pod, tl, corev1.PodSucceeded, "PodCompleted", tl.completeAt, 0, "Completed")
 		return s, 0
 	}
 	s.Phase = corev1.PodPending
@@ -126,6 +133,9 @@ func startedStatus(pod *corev1.Pod, in statusInput) (corev1.PodStatus, time.Dura
 		s.Phase = corev1.PodRunning
 		if tl.fails {
 			w.at(tl.failAt)
+		}
+		if tl.completes {
+			w.at(tl.completeAt)
 		}
 	}
 	if p.initialized {
@@ -145,6 +155,21 @@ func startedStatus(pod *corev1.Pod, in statusInput) (corev1.PodStatus, time.Dura
 	}
 	s.InitContainerStatuses, s.ContainerStatuses = p.init, p.main
 	return s, w.after()
+}
+
+// ended fills in a pod whose containers all exited at the same moment with the same code:
+// phase Failed or Succeeded, not ready, init containers done.
+// notReadyReason is the reason of the Ready condition: PodFailed or PodCompleted.
+func ended(s *corev1.PodStatus, pod *corev1.Pod, tl podTimeline, phase corev1.PodPhase, notReadyReason string, at time.Time, exitCode int32, reason string) {
+	s.Phase = phase
+	notReady(s, containerNames(pod.Spec.Containers), notReadyReason, ts(at))
+	exited := func(corev1.Container) corev1.ContainerState {
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: exitCode, Reason: reason, StartedAt: ts(tl.running), FinishedAt: ts(at),
+		}}
+	}
+	s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, initDone(tl, exited), nil)
+	s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, exited, nil)
 }
 
 // noSandboxStatus is the status of an admitted pod whose sandbox cannot be created: Pending,

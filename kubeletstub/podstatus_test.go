@@ -24,7 +24,7 @@ func statusAt(t *testing.T, pod *corev1.Pod, d time.Duration, probes [numProbeKi
 	return startedStatus(pod, statusInput{
 		hostIP: "172.16.0.1",
 		rec:    rec,
-		tl:     timeline(rec, 0, faults{}),
+		tl:     timeline(rec, pod.Spec.RestartPolicy, 0, faults{}),
 		pulls:  pullPolicy{cluster: cluster},
 		probes: probes,
 		now:    t0.Add(d),
@@ -177,5 +177,61 @@ func TestStartedStatusKeepsRestartCounts(t *testing.T) {
 	s, _ := statusAt(t, pod, 0, [numProbeKinds]probeEpisode{})
 	if s.ContainerStatuses[0].RestartCount != 4 {
 		t.Errorf("restartCount = %d, want 4", s.ContainerStatuses[0].RestartCount)
+	}
+}
+
+// TestStartedStatusCompletes: with complete-after set, a pod that is not restarted ends
+// Succeeded at that time, its sidecar too; a pod that is restarted never does; and of
+// complete-after and fail-after the sooner one decides.
+func TestStartedStatusCompletes(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	pod := func(policy corev1.RestartPolicy) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p"}, Spec: corev1.PodSpec{
+			RestartPolicy:  policy,
+			InitContainers: []corev1.Container{{Name: "proxy", Image: "registry.example/proxy:1", RestartPolicy: &always}},
+			Containers:     []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}}
+	}
+	status := func(p *corev1.Pod, f faults, failAfter, d time.Duration) (corev1.PodStatus, time.Duration) {
+		rec := &podRecord{admitted: true, start: t0, ip: "10.128.0.2", failAfter: failAfter}
+		return startedStatus(p, statusInput{hostIP: "172.16.0.1", rec: rec,
+			tl: timeline(rec, p.Spec.RestartPolicy, 0, f), now: t0.Add(d)})
+	}
+	tests := []struct {
+		name      string
+		policy    corev1.RestartPolicy
+		complete  time.Duration
+		failAfter time.Duration
+		at        time.Duration
+		phase     corev1.PodPhase
+		exitCode  int32
+		wake      time.Duration
+	}{
+		{"Never, before it completes", corev1.RestartPolicyNever, 10 * time.Second, 0, 4 * time.Second, corev1.PodRunning, -1, 6 * time.Second},
+		{"Never, when it completes", corev1.RestartPolicyNever, 10 * time.Second, 0, 10 * time.Second, corev1.PodSucceeded, 0, 0},
+		{"OnFailure, after it completed", corev1.RestartPolicyOnFailure, 10 * time.Second, 0, time.Hour, corev1.PodSucceeded, 0, 0},
+		{"Always never completes", corev1.RestartPolicyAlways, 10 * time.Second, 0, time.Hour, corev1.PodRunning, -1, 0},
+		{"complete-after unset", corev1.RestartPolicyNever, 0, 0, time.Hour, corev1.PodRunning, -1, 0},
+		{"completes before it would fail", corev1.RestartPolicyNever, 10 * time.Second, 20 * time.Second, time.Hour, corev1.PodSucceeded, 0, 0},
+		{"fails before it would complete", corev1.RestartPolicyNever, 20 * time.Second, 10 * time.Second, time.Hour, corev1.PodFailed, 1, 0},
+		{"fails, then would have completed: wakes at the failure", corev1.RestartPolicyNever, 20 * time.Second, 10 * time.Second, 5 * time.Second, corev1.PodRunning, -1, 5 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, wake := status(pod(tc.policy), faults{completeAfter: tc.complete}, tc.failAfter, tc.at)
+			if s.Phase != tc.phase || wake != tc.wake {
+				t.Fatalf("phase %s, wake in %v; want %s, %v", s.Phase, wake, tc.phase, tc.wake)
+			}
+			if tc.exitCode < 0 {
+				return
+			}
+			for _, cs := range append(s.InitContainerStatuses, s.ContainerStatuses...) {
+				if term := cs.State.Terminated; term == nil || term.ExitCode != tc.exitCode {
+					t.Errorf("container %s: %+v, want terminated with exit code %d", cs.Name, cs.State, tc.exitCode)
+				}
+			}
+			if podCond(s, corev1.PodReady).Status != corev1.ConditionFalse || s.ContainerStatuses[0].Ready {
+				t.Errorf("a pod that ended is ready: %+v", s)
+			}
+		})
 	}
 }

@@ -24,7 +24,8 @@ func newKubeletStubCommand() *cobra.Command {
 		Long: `Run stub kubelets that register Nodes, heartbeat (node conditions and a Lease in
 kube-node-lease), and admit, run, fail and delete the pods bound to them like a kubelet.
 Faults can be injected at run time with node annotations (stub.miniplane.io/reject-pods,
-fail-after, ready-delay, conditions, stop-heartbeats) or in the configuration file.`,
+fail-after, ready-delay, complete-after, conditions, stop-heartbeats, …) or in the
+configuration file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := loadConfig(b, &cfg, configs.KubeletStub.ValidateStandalone); err != nil {
