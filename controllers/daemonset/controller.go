@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 )
 
 // EventSource is the source component of the controller's events.
@@ -221,27 +222,12 @@ func (c *Controller) runBackoffGC(ctx context.Context) {
 	}
 }
 
+// runWorker syncs keys until the queue shuts down: success forgets a key's failures, an
+// error requeues it with the rate limiter (5ms·2^n per key, 10 qps overall).
 func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-// processNextWorkItem syncs one key: success forgets its failures, an error requeues it
-// with the rate limiter (5ms·2^n per key, 10 qps overall).
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.syncHandler(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	c.log.Warn("sync failed, requeueing", "daemonSet", key, "err", err)
-	c.queue.AddRateLimited(key)
-	return true
+	worker.Run(ctx, c.queue, c.syncHandler, func(key string, requeues int, err error) {
+		c.log.Warn("sync failed, requeueing", "daemonSet", key, "retries", requeues, "err", err)
+	})
 }
 
 // --- enqueueing ---

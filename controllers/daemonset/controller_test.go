@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 	"github.com/miniplane/miniplane/internal/poll"
 )
 
@@ -272,7 +273,9 @@ func TestNodeHandlers(t *testing.T) {
 	}
 }
 
-func TestProcessNextWorkItem(t *testing.T) {
+// TestWorkerRequeues: a key whose sync fails comes back after the rate limiter's delay on the
+// controller's clock, and is forgotten once it syncs.
+func TestWorkerRequeues(t *testing.T) {
 	f := newFixture(t, nil)
 	fail := true
 	f.c.syncHandler = func(context.Context, string) error {
@@ -282,14 +285,15 @@ func TestProcessNextWorkItem(t *testing.T) {
 		return nil
 	}
 	f.c.queue.Add("default/web")
-	f.c.processNextWorkItem(context.Background())
+	ignore := func(string, int, error) {}
+	worker.ProcessNext(context.Background(), f.c.queue, f.c.syncHandler, ignore)
 	if n := f.c.queue.NumRequeues("default/web"); n != 1 {
 		t.Errorf("requeues after error = %d, want 1", n)
 	}
 	fail = false
 	f.clock.Step(time.Second)
 	poll.Until(t, pollTimeout, "the failed key back on the queue after its rate-limit delay", func() bool { return f.c.queue.Len() == 1 })
-	f.c.processNextWorkItem(context.Background())
+	worker.ProcessNext(context.Background(), f.c.queue, f.c.syncHandler, ignore)
 	if n := f.c.queue.NumRequeues("default/web"); n != 0 {
 		t.Errorf("requeues after success = %d, want 0 (forgotten)", n)
 	}

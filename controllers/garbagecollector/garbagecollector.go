@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 )
 
 // UserAgent identifies the collector's API requests.
@@ -197,13 +198,11 @@ func (gc *GarbageCollector) Run(ctx context.Context) error {
 	}
 	for range gc.workers {
 		wg.Go(func() {
-			for gc.processNext(ctx, gc.attemptToDelete, gc.attemptToDeleteItem) {
-			}
+			worker.Run(ctx, gc.attemptToDelete, gc.attemptToDeleteItem, gc.collectFailed)
 		})
 	}
 	wg.Go(func() {
-		for gc.processNext(ctx, gc.attemptToOrphan, gc.orphanDependents) {
-		}
+		worker.Run(ctx, gc.attemptToOrphan, gc.orphanDependents, gc.collectFailed)
 	})
 	<-ctx.Done()
 	return nil
@@ -225,25 +224,12 @@ func (gc *GarbageCollector) waitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(waitCtx.Done(), gc.HasSynced)
 }
 
-func (gc *GarbageCollector) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[objectRef],
-	handle func(context.Context, objectRef) error) bool {
-	item, shutdown := q.Get()
-	if shutdown {
-		return false
-	}
-	defer q.Done(item)
-	if err := handle(ctx, item); err != nil {
-		if ctx.Err() == nil {
-			q.AddRateLimited(item)
-			// Warn, not Debug: an item that keeps failing is a stuck collector, and the retry
-			// count tells a transient failure from a persistent one.
-			gc.logger.Warn("garbage collection failed; retrying", "resource", item.resource.GroupResource().String(),
-				"object", item.key(), "retries", q.NumRequeues(item), "err", err)
-		}
-		return true
-	}
-	q.Forget(item)
-	return true
+// collectFailed logs an item the collector could not handle; the worker tries it again.
+// Warn, not Debug: an item that keeps failing is a stuck collector, and the retry count
+// tells a transient failure from a persistent one.
+func (gc *GarbageCollector) collectFailed(item objectRef, requeues int, err error) {
+	gc.logger.Warn("garbage collection failed; retrying", "resource", item.resource.GroupResource().String(),
+		"object", item.key(), "retries", requeues, "err", err)
 }
 
 // onChange reacts to an added or updated object: finalizers to serve, owners to check, and

@@ -17,6 +17,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 	"github.com/miniplane/miniplane/internal/poll"
 )
 
@@ -281,9 +282,9 @@ func TestFailedItemIsLoggedAboveDebug(t *testing.T) {
 	defer gc.attemptToDelete.ShutDown()
 	item := objectRef{resource: podKind.gvr, namespace: "default", name: "a", uid: "uid-a"}
 	gc.attemptToDelete.Add(item)
-	gc.processNext(context.Background(), gc.attemptToDelete, func(context.Context, objectRef) error {
+	worker.ProcessNext(context.Background(), gc.attemptToDelete, func(context.Context, objectRef) error {
 		return errors.New("api unavailable")
-	})
+	}, gc.collectFailed)
 	if n := gc.attemptToDelete.NumRequeues(item); n != 1 {
 		t.Errorf("requeues = %d, want 1", n)
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 )
 
 // UserAgent identifies the controller's API requests. kube-controller-manager runs node
@@ -182,8 +183,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
+				worker.Run(ctx, c.queue, c.sync, c.syncFailed)
 			}, time.Second)
 		}()
 	}
@@ -208,19 +208,9 @@ func (c *Controller) occupyAll() error {
 	return nil
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		c.log.Warn("pod CIDR allocation failed, retrying", "node", name, "err", err)
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
+// syncFailed logs a node whose block could not be given; the worker tries it again.
+func (c *Controller) syncFailed(name string, requeues int, err error) {
+	c.log.Warn("pod CIDR allocation failed, retrying", "node", name, "retries", requeues, "err", err)
 }
 
 // sync gives the named Node a block if it still has none. It runs only after occupyAll.

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 )
 
 // UserAgent identifies the controller's API requests.
@@ -251,12 +252,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range c.workers {
 		wg.Go(func() {
-			for c.processNext(ctx, c.nodeQueue, "node", c.syncNode) {
-			}
+			worker.Run(ctx, c.nodeQueue, c.syncNode, c.syncFailed("node"))
 		})
 		wg.Go(func() {
-			for c.processNext(ctx, c.podQueue, "pod", c.syncPod) {
-			}
+			worker.Run(ctx, c.podQueue, c.syncPod, c.syncFailed("pod"))
 		})
 	}
 	wg.Go(func() { c.monitorLoop(ctx) })
@@ -293,26 +292,14 @@ func (c *Controller) enqueueAllNodes() {
 	}
 }
 
-// processNext syncs one key of q, which holds keys of kind ("node" or "pod", the log key).
-func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], kind string,
-	sync func(context.Context, string) error) bool {
-	key, shutdown := q.Get()
-	if shutdown {
-		return false
+// syncFailed returns what logs a key of kind ("node" or "pod", the log key) whose sync
+// failed; the worker tries it again. Warn, not Debug: a key that keeps failing is a stuck
+// controller (a node never marked Unknown, a pod never evicted), and the retry count tells
+// a transient failure from a persistent one.
+func (c *Controller) syncFailed(kind string) func(string, int, error) {
+	return func(key string, requeues int, err error) {
+		c.logger.Warn("sync failed; retrying", kind, key, "retries", requeues, "err", err)
 	}
-	defer q.Done(key)
-	if err := sync(ctx, key); err != nil {
-		if ctx.Err() == nil {
-			q.AddRateLimited(key)
-			// Warn, not Debug: a key that keeps failing is a stuck controller (a node never
-			// marked Unknown, a pod never evicted), and the retry count tells a transient
-			// failure from a persistent one.
-			c.logger.Warn("sync failed; retrying", kind, key, "retries", q.NumRequeues(key), "err", err)
-		}
-		return true
-	}
-	q.Forget(key)
-	return true
 }
 
 func (c *Controller) onNode(oldObj, newObj any) {

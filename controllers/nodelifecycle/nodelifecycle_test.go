@@ -22,6 +22,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/miniplane/miniplane/configs"
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 	"github.com/miniplane/miniplane/internal/poll"
 )
 
@@ -519,9 +520,9 @@ func TestFailedSyncIsLoggedAboveDebug(t *testing.T) {
 				q = env.c.podQueue
 			}
 			q.Add(tt.key)
-			env.c.processNext(context.Background(), q, tt.kind, func(context.Context, string) error {
+			worker.ProcessNext(context.Background(), q, func(context.Context, string) error {
 				return errors.New("api unavailable")
-			})
+			}, env.c.syncFailed(tt.kind))
 			if n := q.NumRequeues(tt.key); n != 1 {
 				t.Errorf("requeues = %d, want 1", n)
 			}

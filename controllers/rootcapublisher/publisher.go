@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"github.com/miniplane/miniplane/controllers/internal/worker"
 )
 
 // UserAgent identifies the controller's API requests; with service account credentials it
@@ -139,8 +141,7 @@ func (p *Publisher) Run(ctx context.Context) {
 	for range workers {
 		wg.Go(func() {
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for p.processNext(ctx) {
-				}
+				worker.Run(ctx, p.queue, p.sync, p.syncFailed)
 			}, time.Second)
 		})
 	}
@@ -149,19 +150,9 @@ func (p *Publisher) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (p *Publisher) processNext(ctx context.Context) bool {
-	ns, quit := p.queue.Get()
-	if quit {
-		return false
-	}
-	defer p.queue.Done(ns)
-	if err := p.sync(ctx, ns); err != nil {
-		p.log.Debug("syncing namespace failed, will retry", "namespace", ns, "err", err)
-		p.queue.AddRateLimited(ns)
-		return true
-	}
-	p.queue.Forget(ns)
-	return true
+// syncFailed logs a namespace whose bundle could not be written; the worker tries it again.
+func (p *Publisher) syncFailed(ns string, requeues int, err error) {
+	p.log.Debug("syncing namespace failed, will retry", "namespace", ns, "retries", requeues, "err", err)
 }
 
 // sync makes namespace ns hold the bundle: it creates the ConfigMap when missing, and puts
