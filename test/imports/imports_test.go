@@ -25,12 +25,13 @@ var rules = []rule{
 	{from: "store", banned: []string{"apiserver", "controllers", "kubeletstub", "test"}},
 	{from: "apiserver", banned: []string{"controllers", "kubeletstub", "test"}},
 	{from: "controllers/placement", banned: []string{""}, allowed: []string{"configs"}},
-	{from: "controllers/daemonset", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement"}},
-	{from: "controllers/garbagecollector", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement"}},
-	{from: "controllers/nodelifecycle", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement"}},
+	{from: "controllers/daemonset", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal/worker"}},
+	{from: "controllers/garbagecollector", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal/worker"}},
+	{from: "controllers/nodelifecycle", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal/worker"}},
 	{from: "controllers/scheduler", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal"}},
 	{from: "controllers/manager", banned: []string{"store", "apiserver", "kubeletstub"}},
-	// Shared plumbing of the controller processes: clients, health endpoints, election.
+	// Shared plumbing of the controller processes: clients, health endpoints, election; and
+	// the worker loop every controller runs over its queue (controllers/internal/worker).
 	{from: "controllers/internal", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}},
 	// The kubelet stub admits pods with the same placement checks the scheduler uses, as a
 	// real kubelet runs the scheduler's predicates on admission.
