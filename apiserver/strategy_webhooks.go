@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -119,16 +120,16 @@ func (w webhookFields) check(p *field.Path) field.ErrorList {
 	for i := range w.rules {
 		errs = append(errs, checkWebhookRule(&w.rules[i], p.Child("rules").Index(i))...)
 	}
-	if fp := *w.failurePolicy; fp != nil && !oneOf(string(*fp), failurePolicies) {
+	if fp := *w.failurePolicy; fp != nil && !slices.Contains(failurePolicies, string(*fp)) {
 		errs = append(errs, field.NotSupported(p.Child("failurePolicy"), *fp, failurePolicies))
 	}
-	if mp := *w.matchPolicy; mp != nil && !oneOf(string(*mp), matchPolicies) {
+	if mp := *w.matchPolicy; mp != nil && !slices.Contains(matchPolicies, string(*mp)) {
 		errs = append(errs, field.NotSupported(p.Child("matchPolicy"), *mp, matchPolicies))
 	}
 	switch {
 	case w.sideEffects == nil:
 		errs = append(errs, field.Required(p.Child("sideEffects"), "must specify one of "+strings.Join(noSideEffects, ", ")))
-	case !oneOf(string(*w.sideEffects), noSideEffects):
+	case !slices.Contains(noSideEffects, string(*w.sideEffects)):
 		errs = append(errs, field.NotSupported(p.Child("sideEffects"), *w.sideEffects, noSideEffects))
 	}
 	if t := *w.timeoutSeconds; t != nil && (*t < 1 || *t > 30) {
@@ -160,21 +161,12 @@ func (w webhookFields) check(p *field.Path) field.ErrorList {
 	return append(errs, checkAdmissionReviewVersions(w.admissionReviewVersions, p.Child("admissionReviewVersions"))...)
 }
 
-func oneOf(v string, allowed []string) bool {
-	for _, a := range allowed {
-		if v == a {
-			return true
-		}
-	}
-	return false
-}
-
 func checkWebhookRule(r *admissionregistrationv1.RuleWithOperations, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	ops := make([]string, len(r.Operations))
 	for i, op := range r.Operations {
 		ops[i] = string(op)
-		if !oneOf(ops[i], webhookOperations) {
+		if !slices.Contains(webhookOperations, ops[i]) {
 			errs = append(errs, field.NotSupported(p.Child("operations").Index(i), op, webhookOperations))
 		}
 	}
@@ -187,7 +179,7 @@ func checkWebhookRule(r *admissionregistrationv1.RuleWithOperations, p *field.Pa
 		}
 	}
 	errs = append(errs, checkRuleResources(r.Resources, p.Child("resources"))...)
-	if r.Scope != nil && !oneOf(string(*r.Scope), webhookRuleScopes) {
+	if r.Scope != nil && !slices.Contains(webhookRuleScopes, string(*r.Scope)) {
 		errs = append(errs, field.NotSupported(p.Child("scope"), *r.Scope, webhookRuleScopes))
 	}
 	return errs
@@ -198,7 +190,7 @@ func checkRuleList(values []string, p *field.Path, what string) field.ErrorList 
 	if len(values) == 0 {
 		return field.ErrorList{field.Required(p, "")}
 	}
-	if len(values) > 1 && oneOf("*", values) {
+	if len(values) > 1 && slices.Contains(values, "*") {
 		return field.ErrorList{field.Invalid(p, values, fmt.Sprintf("if '*' is present, must not specify other %s", what))}
 	}
 	return nil
@@ -264,7 +256,7 @@ func checkAdmissionReviewVersions(versions []string, p *field.Path) field.ErrorL
 		for _, msg := range validation.IsDNS1035Label(v) {
 			errs = append(errs, field.Invalid(p.Index(i), v, msg))
 		}
-		accepted = accepted || oneOf(v, acceptedAdmissionReviewVersions)
+		accepted = accepted || slices.Contains(acceptedAdmissionReviewVersions, v)
 	}
 	if !accepted {
 		errs = append(errs, field.Invalid(p, versions, "must include at least one of "+strings.Join(acceptedAdmissionReviewVersions, ", ")))
@@ -386,7 +378,7 @@ var mutatingWebhookConfigurationRules = kindRules[*admissionregistrationv1.Mutat
 			names[i] = h.Name
 			p := field.NewPath("webhooks").Index(i)
 			errs = append(errs, mutatingWebhookFields(h).check(p)...)
-			if rp := h.ReinvocationPolicy; rp != nil && !oneOf(string(*rp), reinvocations) {
+			if rp := h.ReinvocationPolicy; rp != nil && !slices.Contains(reinvocations, string(*rp)) {
 				errs = append(errs, field.NotSupported(p.Child("reinvocationPolicy"), *rp, reinvocations))
 			}
 		}
