@@ -43,7 +43,7 @@ type cachedObject struct {
 	// decoded holds the object until compact drops it; nil after that.
 	decoded atomic.Pointer[decodedObject]
 	labels  labels.Set
-	fields  fields.Set
+	fields  fieldValues
 	// The object's JSON (with apiVersion and kind) and protobuf (without envelope)
 	// encodings are made on first use and then reused by every list, get and watch event
 	// that serves this version. Components speak protobuf and kubectl JSON, so most
@@ -326,8 +326,8 @@ func (c *cacher) apply(ev store.Event) error {
 		// Most changes (status updates) leave the labels and the selectable fields as
 		// they were: the versions then share one copy of each, which history would
 		// otherwise hold once per version (a map of a dozen fields per pod version).
-		if maps.Equal(cur.fields, ce.prev.fields) {
-			cur.fields = ce.prev.fields
+		if cur.fields.equal(&ce.prev.fields) {
+			cur.fields.values = ce.prev.fields.values
 		}
 		if maps.Equal(cur.labels, ce.prev.labels) {
 			cur.labels = ce.prev.labels
@@ -617,7 +617,7 @@ func (f *watchFilter) matches(o *cachedObject) bool {
 	if f.label != nil && !f.label.Empty() && !f.label.Matches(o.labels) {
 		return false
 	}
-	if f.field != nil && !f.field.Empty() && !f.field.Matches(o.fields) {
+	if f.field != nil && !f.field.Empty() && !f.field.Matches(&o.fields) {
 		return false
 	}
 	return true
@@ -635,8 +635,11 @@ func (f *watchFilter) matchesObject(res *resource, obj runtime.Object) bool {
 	if f.label != nil && !f.label.Empty() && !f.label.Matches(labels.Set(m.GetLabels())) {
 		return false
 	}
-	if f.field != nil && !f.field.Empty() && !f.field.Matches(res.objectFields(obj, m.GetName(), m.GetNamespace())) {
-		return false
+	if f.field != nil && !f.field.Empty() {
+		fv := res.objectFields(obj, m.GetName(), m.GetNamespace())
+		if !f.field.Matches(&fv) {
+			return false
+		}
 	}
 	return true
 }

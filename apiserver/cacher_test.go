@@ -815,7 +815,7 @@ func TestCacherCompactsOldVersions(t *testing.T) {
 }
 
 // TestCacherSharesUnchangedFields: a version whose labels and selectable fields are those
-// of the version before shares their maps; a change of either gets its own.
+// of the version before shares their map and values; a change of either gets its own.
 func TestCacherSharesUnchangedFields(t *testing.T) {
 	ct := newCacheTest(t, 100)
 	p := testPod("a", "n1", web)
@@ -826,16 +826,17 @@ func TestCacherSharesUnchangedFields(t *testing.T) {
 	same := func(a, b map[string]string) bool {
 		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 	}
+	sameValues := func(a, b fieldValues) bool { return &a.values[0] == &b.values[0] }
 	ct.c.mu.RLock()
 	defer ct.c.mu.RUnlock()
 	v11, v12, v13 := ct.c.history[0].cur, ct.c.history[1].cur, ct.c.history[2].cur
-	if !same(v11.fields, v12.fields) || !same(v11.labels, v12.labels) {
+	if !sameValues(v11.fields, v12.fields) || !same(v11.labels, v12.labels) {
 		t.Error("a status change did not share the labels and fields of the version before")
 	}
-	if same(v12.fields, v13.fields) || same(v12.labels, v13.labels) {
+	if sameValues(v12.fields, v13.fields) || same(v12.labels, v13.labels) {
 		t.Error("a change of node and labels shares the maps of the version before")
 	}
-	if v13.fields["spec.nodeName"] != "n2" || v13.labels["app"] != "db" || v12.fields["spec.nodeName"] != "n1" {
+	if v13.fields.Get("spec.nodeName") != "n2" || v13.labels["app"] != "db" || v12.fields.Get("spec.nodeName") != "n1" {
 		t.Errorf("fields %v and labels %v after the move, %v before", v13.fields, v13.labels, v12.fields)
 	}
 }

@@ -232,7 +232,7 @@ func TestSelectableFields(t *testing.T) {
 				t.Fatalf("%s is not registered", tc.resource)
 			}
 			m, _ := meta.Accessor(tc.obj)
-			got := r.objectFields(tc.obj, m.GetName(), m.GetNamespace())
+			got := asSet(r.objectFields(tc.obj, m.GetName(), m.GetNamespace()))
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("fields\n got %v\nwant %v", got, tc.want)
 			}
@@ -254,7 +254,7 @@ func TestSelectableFields(t *testing.T) {
 	t.Run("every kind is covered", func(t *testing.T) {
 		for _, r := range reg.resources() {
 			obj := r.newFunc()
-			got := r.objectFields(obj, "x", "y")
+			got := asSet(r.objectFields(obj, "x", "y"))
 			if want := len(r.fields) + 1 + btoi(r.namespaced); len(got) != want {
 				t.Errorf("%s: %d fields on a sample object, want %d", r.name, len(got), want)
 			}

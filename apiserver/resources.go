@@ -3,7 +3,10 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +25,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -145,6 +147,10 @@ type resource struct {
 	// fields are the selectable fields beyond metadata.name and metadata.namespace, made
 	// with fieldsOf; nil when there are none.
 	fields map[string]fieldFunc
+	// fieldNamesList orders every selectable field, metadata.name and metadata.namespace
+	// included, as objectFields reports their values; made on first use.
+	fieldNamesOnce sync.Once
+	fieldNamesList []string
 	// validateName checks metadata.name; nil means a DNS subdomain, as for most kinds.
 	validateName apivalidation.ValidateNameFunc
 	// deleteFunc replaces the generic deletion ((*Server).deleteObject) for kinds whose
@@ -267,16 +273,33 @@ func (r *resource) nameValidator() apivalidation.ValidateNameFunc {
 }
 
 // objectFields returns every selectable field of obj.
-func (r *resource) objectFields(obj runtime.Object, name, namespace string) fields.Set {
-	set := make(fields.Set, len(r.fields)+2)
-	for f, get := range r.fields {
-		set[f] = get(obj)
+func (r *resource) objectFields(obj runtime.Object, name, namespace string) fieldValues {
+	names := r.selectableNames()
+	values := make([]string, len(names))
+	for i, f := range names {
+		switch f {
+		case "metadata.name":
+			values[i] = name
+		case "metadata.namespace":
+			values[i] = namespace
+		default:
+			values[i] = r.fields[f](obj)
+		}
 	}
-	set["metadata.name"] = name
-	if r.namespaced {
-		set["metadata.namespace"] = namespace
-	}
-	return set
+	return fieldValues{names: names, values: values}
+}
+
+// selectableNames returns the names objectFields reports, in the order of its values.
+func (r *resource) selectableNames() []string {
+	r.fieldNamesOnce.Do(func() {
+		names := slices.Sorted(maps.Keys(r.fields))
+		names = append(names, "metadata.name")
+		if r.namespaced {
+			names = append(names, "metadata.namespace")
+		}
+		r.fieldNamesList = names
+	})
+	return r.fieldNamesList
 }
 
 // supportsField reports whether fieldSelector may name f.
