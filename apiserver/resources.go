@@ -529,11 +529,17 @@ func storageAndNodeResources() []*resource {
 	newSC, newSCList := listOf[storagev1.StorageClass, storagev1.StorageClassList]()
 	newCSI, newCSIList := listOf[storagev1.CSIDriver, storagev1.CSIDriverList]()
 	newRC, newRCList := listOf[nodev1.RuntimeClass, nodev1.RuntimeClassList]()
+	newVA, newVAList := listOf[storagev1.VolumeAttachment, storagev1.VolumeAttachmentList]()
+	newCap, newCapList := listOf[storagev1.CSIStorageCapacity, storagev1.CSIStorageCapacityList]()
 	return []*resource{
 		{group: "storage.k8s.io", version: "v1", name: "storageclasses", kind: "StorageClass", singular: "storageclass",
 			shortNames: []string{"sc"}, newFunc: newSC, newListFunc: newSCList, strategy: storageClassRules},
 		{group: "storage.k8s.io", version: "v1", name: "csidrivers", kind: "CSIDriver", singular: "csidriver",
 			newFunc: newCSI, newListFunc: newCSIList, strategy: csiDriverRules, validateName: validateCSIDriverName},
+		{group: "storage.k8s.io", version: "v1", name: "volumeattachments", kind: "VolumeAttachment", singular: "volumeattachment",
+			subresources: []subresource{statusSubresource}, newFunc: newVA, newListFunc: newVAList, strategy: volumeAttachmentRules},
+		{group: "storage.k8s.io", version: "v1", name: "csistoragecapacities", kind: "CSIStorageCapacity", singular: "csistoragecapacity",
+			namespaced: true, newFunc: newCap, newListFunc: newCapList, strategy: csiStorageCapacityRules},
 		{group: "node.k8s.io", version: "v1", name: "runtimeclasses", kind: "RuntimeClass", singular: "runtimeclass",
 			newFunc: newRC, newListFunc: newRCList, strategy: runtimeClassRules},
 	}

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -265,5 +267,190 @@ var runtimeClassRules = kindRules[*nodev1.RuntimeClass]{
 	},
 	row: func(rc *nodev1.RuntimeClass, now time.Time) []any {
 		return []any{rc.Name, rc.Handler, age(rc.CreationTimestamp, now)}
+	},
+}
+
+// VolumeAttachments and CSIStorageCapacities are what a CSI driver's controller sidecars
+// work with: the external attacher watches VolumeAttachments and writes their status, the
+// external provisioner publishes CSIStorageCapacities for the node plugin's topology. They
+// are stored and served with kube-apiserver's validation, so that those sidecars (and
+// tests of a driver's controller) run against miniplane; nothing in miniplane creates a
+// VolumeAttachment or reads a capacity.
+
+const (
+	// maxAttachmentMetadataBytes bounds a VolumeAttachment's status.attachmentMetadata
+	// and maxVolumeErrorMessage the message of its attach or detach error, as upstream.
+	maxAttachmentMetadataBytes = 256 * 1024
+	maxVolumeErrorMessage      = 1024
+	// maxCSIDriverNameLength is the longest name a CSI driver may report.
+	maxCSIDriverNameLength = 63
+)
+
+// validateCSIDriverNameField checks a CSI driver's name where a field refers to one: a
+// VolumeAttachment's attacher, a CSI volume source's driver.
+func validateCSIDriverNameField(name string, p *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	var errs field.ErrorList
+	if len(name) > maxCSIDriverNameLength {
+		errs = append(errs, field.TooLong(p, name, maxCSIDriverNameLength))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(strings.ToLower(name)) {
+		errs = append(errs, field.Invalid(p, name, msg))
+	}
+	return errs
+}
+
+// validateInlineVolumeSpec checks a VolumeAttachment's inline volume: the spec of a
+// PersistentVolume that a pod's CSI volume migrated from an in-tree plugin stands for,
+// with the rules kube-apiserver adds for such a spec (CSI only, no capacity, no claim).
+func validateInlineVolumeSpec(spec *corev1.PersistentVolumeSpec, p *field.Path) field.ErrorList {
+	inline := "may not be specified in the context of inline volumes"
+	var errs field.ErrorList
+	if spec.ClaimRef != nil {
+		errs = append(errs, field.Forbidden(p.Child("claimRef"), inline))
+	}
+	if len(spec.Capacity) != 0 {
+		errs = append(errs, field.Forbidden(p.Child("capacity"), inline))
+	}
+	if spec.NodeAffinity != nil {
+		errs = append(errs, field.Forbidden(p.Child("nodeAffinity"), inline))
+	}
+	if spec.StorageClassName != "" {
+		errs = append(errs, field.Forbidden(p.Child("storageClassName"), inline))
+	}
+	if r := spec.PersistentVolumeReclaimPolicy; r != "" && r != corev1.PersistentVolumeReclaimRetain {
+		errs = append(errs, field.Forbidden(p.Child("persistentVolumeReclaimPolicy"),
+			"may only be "+string(corev1.PersistentVolumeReclaimRetain)+" in the context of inline volumes"))
+	}
+	if m := spec.VolumeMode; m != nil && *m != corev1.PersistentVolumeFilesystem {
+		errs = append(errs, field.Forbidden(p.Child("volumeMode"),
+			"may not specify volumeMode other than "+string(corev1.PersistentVolumeFilesystem)+" in the context of inline volumes"))
+	}
+	errs = append(errs, validateAccessModes(spec.AccessModes, p.Child("accessModes"))...)
+	if spec.CSI == nil {
+		errs = append(errs, field.Required(p.Child("csi"), "has to be specified in the context of inline volumes"))
+	} else {
+		errs = append(errs, validateCSIDriverNameField(spec.CSI.Driver, p.Child("csi", "driver"))...)
+		if spec.CSI.VolumeHandle == "" {
+			errs = append(errs, field.Required(p.Child("csi", "volumeHandle"), ""))
+		}
+	}
+	if srcs := persistentVolumeSources(&spec.PersistentVolumeSource); len(srcs) > 1 {
+		for _, name := range srcs {
+			if name != "csi" {
+				errs = append(errs, field.Forbidden(p.Child(name), "may not specify more than 1 volume type"))
+			}
+		}
+	}
+	return errs
+}
+
+// validateVolumeError checks an attach or detach error a VolumeAttachment reports.
+func validateVolumeError(e *storagev1.VolumeError, p *field.Path) field.ErrorList {
+	if e == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if len(e.Message) > maxVolumeErrorMessage {
+		errs = append(errs, field.TooLong(p.Child("message"), "", maxVolumeErrorMessage))
+	}
+	if c := e.ErrorCode; c != nil && *c < 0 {
+		errs = append(errs, field.Invalid(p.Child("errorCode"), *c, validation.InclusiveRangeError(0, math.MaxInt32)))
+	}
+	return errs
+}
+
+// validateVolumeAttachmentStatus checks what an attacher reports; kube-apiserver checks it
+// on every write, the main resource's too.
+func validateVolumeAttachmentStatus(st *storagev1.VolumeAttachmentStatus) field.ErrorList {
+	p := field.NewPath("status")
+	var errs field.ErrorList
+	size := 0
+	for k, v := range st.AttachmentMetadata {
+		size += len(k) + len(v)
+	}
+	if size > maxAttachmentMetadataBytes {
+		errs = append(errs, field.TooLong(p.Child("attachmentMetadata"), "", maxAttachmentMetadataBytes))
+	}
+	errs = append(errs, validateVolumeError(st.AttachError, p.Child("attachError"))...)
+	return append(errs, validateVolumeError(st.DetachError, p.Child("detachError"))...)
+}
+
+var volumeAttachmentRules = kindRules[*storagev1.VolumeAttachment]{
+	hasStatus: true,
+	check: func(va *storagev1.VolumeAttachment) field.ErrorList {
+		p := field.NewPath("spec")
+		errs := validateCSIDriverNameField(va.Spec.Attacher, p.Child("attacher"))
+		src, sp := va.Spec.Source, p.Child("source")
+		switch {
+		case src.InlineVolumeSpec == nil && src.PersistentVolumeName == nil:
+			errs = append(errs, field.Required(sp, "must specify exactly one of inlineVolumeSpec and persistentVolumeName"))
+		case src.InlineVolumeSpec != nil && src.PersistentVolumeName != nil:
+			errs = append(errs, field.Forbidden(sp, "must specify exactly one of inlineVolumeSpec and persistentVolumeName"))
+		case src.PersistentVolumeName != nil:
+			if *src.PersistentVolumeName == "" {
+				errs = append(errs, field.Required(sp.Child("persistentVolumeName"), "must specify non empty persistentVolumeName"))
+			}
+			for _, msg := range apivalidation.NameIsDNSSubdomain(*src.PersistentVolumeName, false) {
+				errs = append(errs, field.Invalid(sp.Child("persistentVolumeName"), *src.PersistentVolumeName, msg))
+			}
+		default:
+			errs = append(errs, validateInlineVolumeSpec(src.InlineVolumeSpec, sp.Child("inlineVolumeSpec"))...)
+		}
+		for _, msg := range apivalidation.NameIsDNSSubdomain(va.Spec.NodeName, false) {
+			errs = append(errs, field.Invalid(p.Child("nodeName"), va.Spec.NodeName, msg))
+		}
+		return append(errs, validateVolumeAttachmentStatus(&va.Status)...)
+	},
+	checkUpdate: func(va, old *storagev1.VolumeAttachment) field.ErrorList {
+		return immutable(!apiequality.Semantic.DeepEqual(va.Spec, old.Spec), va.Spec, field.NewPath("spec"))
+	},
+	checkStatus: func(va, _ *storagev1.VolumeAttachment) field.ErrorList {
+		return validateVolumeAttachmentStatus(&va.Status)
+	},
+	columns: []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "Attacher", Type: "string", Format: "name", Description: "The CSI driver that handles this attachment."},
+		{Name: "PV", Type: "string", Description: "The persistent volume to attach."},
+		{Name: "Node", Type: "string", Description: "The node the volume is attached to."},
+		{Name: "Attached", Type: "boolean", Description: "Whether the volume is attached."},
+		ageColumn(),
+	},
+	row: func(va *storagev1.VolumeAttachment, now time.Time) []any {
+		pv := ""
+		if n := va.Spec.Source.PersistentVolumeName; n != nil {
+			pv = *n
+		}
+		return []any{va.Name, va.Spec.Attacher, pv, va.Spec.NodeName, va.Status.Attached, age(va.CreationTimestamp, now)}
+	},
+}
+
+var csiStorageCapacityRules = kindRules[*storagev1.CSIStorageCapacity]{
+	check: func(c *storagev1.CSIStorageCapacity) field.ErrorList {
+		errs := metav1validation.ValidateLabelSelector(c.NodeTopology, metav1validation.LabelSelectorValidationOptions{}, field.NewPath("nodeTopology"))
+		for _, msg := range apivalidation.NameIsDNSSubdomain(c.StorageClassName, false) {
+			errs = append(errs, field.Invalid(field.NewPath("storageClassName"), c.StorageClassName, msg))
+		}
+		// Only the capacity: kube-apiserver lets a negative maximumVolumeSize through.
+		if c.Capacity != nil && c.Capacity.Sign() < 0 {
+			errs = append(errs, field.Invalid(field.NewPath("capacity"), c.Capacity.String(), apivalidation.IsNegativeErrorMsg))
+		}
+		return errs
+	},
+	checkUpdate: func(c, old *storagev1.CSIStorageCapacity) field.ErrorList {
+		errs := immutable(!apiequality.Semantic.DeepEqual(c.NodeTopology, old.NodeTopology), c.NodeTopology, field.NewPath("nodeTopology"))
+		return append(errs, immutable(c.StorageClassName != old.StorageClassName, c.StorageClassName, field.NewPath("storageClassName"))...)
+	},
+	columns: []metav1.TableColumnDefinition{nameColumn(),
+		{Name: "StorageClassName", Type: "string", Description: "The storage class the capacity is for."},
+		{Name: "Capacity", Type: "string", Description: "The capacity reported by the CSI driver."},
+	},
+	row: func(c *storagev1.CSIStorageCapacity, _ time.Time) []any {
+		capacity := "<unset>"
+		if c.Capacity != nil {
+			capacity = c.Capacity.String()
+		}
+		return []any{c.Name, c.StorageClassName, capacity}
 	},
 }
