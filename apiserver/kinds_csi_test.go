@@ -205,6 +205,13 @@ func tableRows(t *testing.T, c kubernetes.Interface, resourceName, namespace str
 	raw, err := c.StorageV1().RESTClient().Get().Namespace(namespace).Resource(resourceName).
 		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(testCtx(t))
 	check(t, err)
+	return rowsOf(t, raw)
+}
+
+// rowsOf returns the rows of a Table as `kubectl get` prints them, the cells of each
+// joined by spaces.
+func rowsOf(t *testing.T, raw []byte) []string {
+	t.Helper()
 	var table metav1.Table
 	check(t, json.Unmarshal(raw, &table))
 	var rows []string

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"errors"
-	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -13,50 +12,19 @@ import (
 	"github.com/miniplane/miniplane/store"
 )
 
-// aggregationRetry is how long the aggregator waits before trying again after a failed
-// write; a change in the meantime tries at once.
-const aggregationRetry = time.Second
-
 // roleAggregator is the clusterrole-aggregation controller inside the API server: every
 // ClusterRole with an aggregationRule gets the rules of the ClusterRoles it selects,
 // whenever a ClusterRole changes. Every API server of a cluster runs one; they compute the
 // same rules, so whichever writes first leaves nothing for the others to do.
 type roleAggregator struct {
-	s    *Server
-	kick chan struct{}
+	*passLoop
+	s *Server
 }
 
 func newRoleAggregator(s *Server) *roleAggregator {
-	return &roleAggregator{s: s, kick: make(chan struct{}, 1)}
-}
-
-// trigger asks for a pass; it never blocks (the ClusterRole cache calls it under its lock).
-func (a *roleAggregator) trigger() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (a *roleAggregator) run(ctx context.Context) {
-	a.trigger()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.kick:
-		}
-		if err := a.aggregate(ctx); err != nil && ctx.Err() == nil {
-			a.s.log.Warn("aggregated clusterroles not updated", "err", err)
-			go func() {
-				select {
-				case <-ctx.Done():
-				case <-a.s.clock.After(aggregationRetry):
-					a.trigger()
-				}
-			}()
-		}
-	}
+	a := &roleAggregator{s: s}
+	a.passLoop = newPassLoop(s, "aggregated clusterroles", a.aggregate)
+	return a
 }
 
 // aggregate brings every aggregated ClusterRole in line with what it selects, as the cache

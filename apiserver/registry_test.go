@@ -119,7 +119,7 @@ func TestLookup(t *testing.T) {
 		{Group: "batch", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "scheduling.k8s.io", Version: "v1"},
 		{Group: "rbac.authorization.k8s.io", Version: "v1"}, {Group: "networking.k8s.io", Version: "v1"}, {Group: "discovery.k8s.io", Version: "v1"},
 		{Group: "apiextensions.k8s.io", Version: "v1"}, {Group: "storage.k8s.io", Version: "v1"}, {Group: "node.k8s.io", Version: "v1"},
-		{Group: "admissionregistration.k8s.io", Version: "v1"}}
+		{Group: "apiregistration.k8s.io", Version: "v1"}, {Group: "admissionregistration.k8s.io", Version: "v1"}}
 	if got := reg.groupVersions(); !reflect.DeepEqual(got, want) {
 		t.Errorf("groupVersions = %v, want %v", got, want)
 	}

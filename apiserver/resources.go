@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 )
 
 // strategy holds the rules of one kind: defaulting, validation, which fields a client may
@@ -548,8 +549,12 @@ func storageAndNodeResources() []*resource {
 func admissionResources() []*resource {
 	newVWC, newVWCList := listOf[admissionregistrationv1.ValidatingWebhookConfiguration, admissionregistrationv1.ValidatingWebhookConfigurationList]()
 	newMWC, newMWCList := listOf[admissionregistrationv1.MutatingWebhookConfiguration, admissionregistrationv1.MutatingWebhookConfigurationList]()
+	newAPIService, newAPIServiceList := listOf[apiregistrationv1.APIService, apiregistrationv1.APIServiceList]()
 	const group = "admissionregistration.k8s.io"
 	return []*resource{
+		{group: apiregistrationv1.GroupName, version: "v1", name: "apiservices", kind: "APIService", singular: "apiservice",
+			categories: []string{"api-extensions"}, subresources: []subresource{statusSubresource},
+			newFunc: newAPIService, newListFunc: newAPIServiceList, strategy: apiServiceRules, validateName: anyAPIServiceName},
 		{group: group, version: "v1", name: "validatingwebhookconfigurations", kind: "ValidatingWebhookConfiguration",
 			singular: "validatingwebhookconfiguration", categories: []string{"api-extensions"}, newFunc: newVWC, newListFunc: newVWCList,
 			strategy: webhookConfigurationStrategy[*admissionregistrationv1.ValidatingWebhookConfiguration]{validatingWebhookConfigurationRules,

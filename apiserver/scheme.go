@@ -8,10 +8,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 )
 
-// Scheme holds every Go type the API server serves: client-go's built-in kinds and
-// apiextensions.k8s.io/v1 CustomResourceDefinitions. The store's codec decodes with it.
+// Scheme holds every Go type the API server serves: client-go's built-in kinds,
+// apiextensions.k8s.io/v1 CustomResourceDefinitions and apiregistration.k8s.io/v1
+// APIServices. The store's codec decodes with it.
 // Custom resources have no Go type: they are unstructured objects.
 var Scheme = newScheme()
 
@@ -20,6 +22,7 @@ func newScheme() *runtime.Scheme {
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
 	utilruntime.Must(clientscheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(apiregistrationv1.AddToScheme(s))
 	return s
 }
 

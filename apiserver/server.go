@@ -67,6 +67,8 @@ type Server struct {
 	// rules current.
 	rbac       *rbacAuthorizer
 	aggregator *roleAggregator
+	// apiServices keeps APIServices' Available condition.
+	apiServices *apiServiceAvailability
 	// saIssuer signs ServiceAccount tokens, saVerifier checks them (see
 	// serviceaccount_token.go).
 	saIssuer   *auth.TokenIssuer
@@ -123,6 +125,7 @@ func New(opts Options) (*Server, error) {
 	s.rbac = &rbacAuthorizer{newPolicy: s.buildPolicy}
 	s.authz = s.newAuthorizer()
 	s.aggregator = newRoleAggregator(s)
+	s.apiServices = newAPIServiceAvailability(s)
 	if err := s.loadServiceAccountKey(); err != nil {
 		return nil, err
 	}
@@ -169,6 +172,9 @@ func (s *Server) newCache(r *resource) {
 	isQuota, isCRD := r.groupResource() == quotasResource, r.groupResource() == crdsResource
 	// RBAC decides from these four kinds; aggregated ClusterRoles follow the others.
 	isRBAC, isClusterRole := isRBACResource(r.groupResource()), r.groupResource() == clusterRolesResource
+	// An APIService's availability follows its Service and the Service's EndpointSlices.
+	gr := r.groupResource()
+	availabilityInput := gr == apiServicesResource || gr == servicesResource || gr == endpointSlicesResource
 	r.cache.onEvent = func(key, namespace string) {
 		// Every change may change what a quota or a disruption budget of its namespace counts.
 		if isQuota {
@@ -182,6 +188,9 @@ func (s *Server) newCache(r *resource) {
 		}
 		if isClusterRole {
 			s.aggregator.trigger()
+		}
+		if availabilityInput {
+			s.apiServices.trigger()
 		}
 		s.quota.changed(namespace)
 		s.budgets.changed(namespace)
@@ -317,6 +326,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	go s.aggregator.run(ctx)
+	go s.apiServices.run(ctx)
 	// Custom resources of existing definitions are served from the first request on.
 	if err := s.crds.reconcile(ctx); err != nil {
 		s.log.Warn("custom resource definitions not all served", "err", err)
