@@ -271,6 +271,23 @@ func chain(t *testing.T, c kubernetes.Interface, ns, name string, podFinalizers 
 	return d, rs, pods
 }
 
+// collectorHasSeenPods returns once the collector's cache holds every pod created before
+// the call. An owner deleted in the foreground waits only for the dependents the collector
+// knows of (kube's collector too): a ReplicaSet whose pods it has not yet seen would be
+// deleted in the background. So a pod whose owner never existed is created after them and
+// waited for: the collector deletes it only once its pod informer, which delivers pods in
+// the order they were written, has delivered it.
+func collectorHasSeenPods(t *testing.T, c kubernetes.Interface, md metadata.Interface, ns, name string) {
+	t.Helper()
+	yes := true
+	marker := mustCreate(t, c.CoreV1().Pods(ns).Create, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1",
+			Kind: "ReplicaSet", Name: name + "-owner", UID: types.UID(name + "-never-existed"), BlockOwnerDeletion: &yes}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:1"}}},
+	})
+	poll.Until(t, collectTimeout, "the collector to delete pod "+marker.Name, func() bool { return gone(md, podsGVR, ns, marker.Name) })
+}
+
 // A Deployment owning a ReplicaSet owning Pods goes as a whole: top-down in the background,
 // bottom-up in the foreground.
 func TestDeploymentReplicaSetPodChain(t *testing.T) {
@@ -289,6 +306,7 @@ func TestDeploymentReplicaSetPodChain(t *testing.T) {
 	t.Run("foreground", func(t *testing.T) {
 		del := watchDeletions(t, md, ns, deploymentsGVR, replicaSetsGVR, podsGVR)
 		d, rs, pods := chain(t, c, ns, "fg", holdFinalizer)
+		collectorHasSeenPods(t, c, md, ns, "fg-marker")
 		deleteWith(t, md, deploymentsGVR, ns, d.Name, metav1.DeletePropagationForeground)
 		poll.Until(t, collectTimeout, "the pods to be deleted", func() bool {
 			return mustGet(t, md, podsGVR, ns, pods[0]).DeletionTimestamp != nil &&
