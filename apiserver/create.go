@@ -163,7 +163,7 @@ func (s *Server) createStored(ctx context.Context, res *resource, obj runtime.Ob
 		if dryRun {
 			return obj, nil
 		}
-		created, err := s.store.Create(ctx, res.key(s.cfg.EtcdPrefix, m.GetNamespace(), m.GetName()), obj, res.ttl)
+		created, err := s.storeFor(res).Create(ctx, res.key(s.cfg.EtcdPrefix, m.GetNamespace(), m.GetName()), obj, res.ttl)
 		if err != nil {
 			undo()
 		}

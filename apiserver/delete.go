@@ -147,7 +147,7 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 	var last runtime.Object
 	gone := false
 	dryRun := len(opts.DryRun) > 0
-	_, err := s.store.GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
+	_, err := s.storeFor(res).GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
 		// An attempt may be retried on a newer version (a stale cached copy, a lost race):
 		// what it decided must not outlive it.
 		last, gone = nil, false

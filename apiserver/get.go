@@ -22,7 +22,7 @@ func (c *call) get() {
 	key := c.key(c.info.namespace, c.info.name)
 	rv := c.r.URL.Query().Get("resourceVersion")
 	if rv == "" {
-		obj, err := c.s.store.Get(c.r.Context(), key)
+		obj, err := c.s.storeFor(c.info.res).Get(c.r.Context(), key)
 		if err != nil {
 			c.fail(err)
 			return
@@ -105,7 +105,7 @@ func (c *call) listFromEtcd(p *listParams, filter *watchFilter) {
 	if !filter.label.Empty() || !filter.field.Empty() {
 		opts.Predicate = func(obj runtime.Object) bool { return filter.matchesObject(res, obj) }
 	}
-	result, err := c.s.store.List(c.r.Context(), res.keyPrefix(c.s.cfg.EtcdPrefix, c.info.namespace), opts)
+	result, err := c.s.storeFor(res).List(c.r.Context(), res.keyPrefix(c.s.cfg.EtcdPrefix, c.info.namespace), opts)
 	if err != nil {
 		c.fail(err)
 		return

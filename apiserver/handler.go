@@ -68,6 +68,13 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch info.verb {
+	case "get", "list", "watch", "deletecollection":
+		if err := s.ensureCache(r.Context(), info.res); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+	switch info.verb {
 	case "get":
 		c.get()
 	case "list":

@@ -65,7 +65,7 @@ func newMetrics(reg *registry) *metrics {
 		m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "apiserver_watch_cache_resource_version",
 			Help:        "The etcd revision each resource's watch cache has reached.",
-			ConstLabels: prometheus.Labels{"resource": res.name},
+			ConstLabels: prometheus.Labels{"group": res.group, "resource": res.name},
 		}, func() float64 {
 			if res.cache == nil {
 				return 0

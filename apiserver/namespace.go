@@ -203,7 +203,8 @@ func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 	pods := f.s.reg.lookup("", "v1", "pods")
 	var others []*resource
 	for _, res := range f.s.reg.resources() {
-		if res.namespaced && res != pods {
+		// A view's objects are its storage resource's, deleted through that.
+		if res.namespaced && res != pods && res.view == nil {
 			others = append(others, res)
 		}
 	}

@@ -289,10 +289,19 @@ func (t *quotaTracker) usage(q *corev1.ResourceQuota, hard corev1.ResourceList) 
 		if !res.namespaced || !quotaResourceCounts(res, hard) {
 			continue
 		}
-		items, _ := res.cache.list(&watchFilter{namespace: q.Namespace})
+		// A view counts its storage resource's objects, in its own form: its own watch cache
+		// may not have started.
+		from := res
+		if res.view != nil {
+			from = res.view.storage
+		}
+		items, _ := from.cache.list(&watchFilter{namespace: q.Namespace})
 		for _, it := range items {
 			// One decoding an object: a compacted one is decoded on every call.
 			obj := it.object()
+			if res.view != nil {
+				obj = res.view.fromStorage(obj)
+			}
 			if !quotaMatches(q, obj) {
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,7 +116,7 @@ func TestLookup(t *testing.T) {
 	if r := reg.lookupKind(schema.GroupVersionKind{Version: "v1", Kind: "ComponentStatus"}); r != nil {
 		t.Errorf("lookupKind(ComponentStatus) = %v, want nothing", r)
 	}
-	want := []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
+	want := []schema.GroupVersion{{Version: "v1"}, {Group: "apps", Version: "v1"}, {Group: "events.k8s.io", Version: "v1"}, {Group: "coordination.k8s.io", Version: "v1"},
 		{Group: "batch", Version: "v1"}, {Group: "policy", Version: "v1"}, {Group: "scheduling.k8s.io", Version: "v1"},
 		{Group: "rbac.authorization.k8s.io", Version: "v1"}, {Group: "networking.k8s.io", Version: "v1"}, {Group: "discovery.k8s.io", Version: "v1"},
 		{Group: "apiextensions.k8s.io", Version: "v1"}, {Group: "storage.k8s.io", Version: "v1"}, {Group: "node.k8s.io", Version: "v1"},
@@ -208,6 +209,15 @@ func TestSelectableFields(t *testing.T) {
 				"involvedObject.namespace": "ns1", "involvedObject.name": "p", "involvedObject.uid": "u1",
 				"involvedObject.apiVersion": "v1", "involvedObject.resourceVersion": "7", "involvedObject.fieldPath": "spec.containers{c}",
 				"reason": "Started", "reportingComponent": "kubelet", "source": "kubelet", "type": "Normal"}},
+		// events.k8s.io/v1 selects on the core names too.
+		{"events", &eventsv1.Event{ObjectMeta: om,
+			Regarding: corev1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: "p", UID: "u1", APIVersion: "v1",
+				ResourceVersion: "7", FieldPath: "spec.containers{c}"},
+			Reason: "Started", ReportingController: "kubelet", Type: "Normal", DeprecatedSource: corev1.EventSource{Component: "kubelet-old"}},
+			fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1", "involvedObject.kind": "Pod",
+				"involvedObject.namespace": "ns1", "involvedObject.name": "p", "involvedObject.uid": "u1",
+				"involvedObject.apiVersion": "v1", "involvedObject.resourceVersion": "7", "involvedObject.fieldPath": "spec.containers{c}",
+				"reason": "Started", "reportingComponent": "kubelet", "source": "kubelet-old", "type": "Normal"}},
 		{"daemonsets", &appsv1.DaemonSet{ObjectMeta: om}, fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1"}},
 		{"controllerrevisions", &appsv1.ControllerRevision{ObjectMeta: om}, fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1"}},
 		{"leases", &coordinationv1.Lease{ObjectMeta: om}, fields.Set{"metadata.name": "obj1", "metadata.namespace": "ns1"}},
@@ -222,14 +232,14 @@ func TestSelectableFields(t *testing.T) {
 		{"clusterroles", &rbacv1.ClusterRole{ObjectMeta: clusterMeta}, fields.Set{"metadata.name": "obj1"}},
 	} {
 		t.Run(tc.resource, func(t *testing.T) {
-			var r *resource
-			for _, candidate := range reg.resources() {
-				if candidate.name == tc.resource {
-					r = candidate
-				}
+			// By the object's kind: events are served in two groups.
+			gvks, _, err := Scheme.ObjectKinds(tc.obj)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if r == nil {
-				t.Fatalf("%s is not registered", tc.resource)
+			r := reg.lookupKind(gvks[0])
+			if r == nil || r.name != tc.resource {
+				t.Fatalf("%s is not registered for %s", tc.resource, gvks[0])
 			}
 			m, _ := meta.Accessor(tc.obj)
 			got := asSet(r.objectFields(tc.obj, m.GetName(), m.GetNamespace()))

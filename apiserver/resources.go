@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -185,6 +186,15 @@ type resource struct {
 	// Warning event.
 	inertNote string
 
+	// view, when set, serves this resource from another's stored objects (events.k8s.io/v1
+	// Events from the core/v1 ones); see storageView.
+	view *storageView
+	// lazyCache: the watch cache starts on the first read that needs it rather than with
+	// the server, so that a second shape of objects nobody reads through costs no memory
+	// (views). See (*Server).ensureCache.
+	lazyCache      bool
+	lazyCacheStart sync.Once
+
 	// cache is the resource's watch cache, set before the resource is served.
 	cache *cacher
 	// custom is the definition version a custom resource is served from; nil for the
@@ -236,7 +246,8 @@ func (r *resource) keyPrefix(prefix, namespace string) string {
 }
 
 // storageName is the key segment of the resource: its plural name, as kube-apiserver
-// lays out its keys. No two served resources share a name.
+// lays out its keys. Two served resources share a name only when one is a view of the
+// other (events in two groups), and then they share the objects too.
 func (r *resource) storageName() string { return r.name }
 
 // subresource returns the subresource called name, or nil.
@@ -324,10 +335,25 @@ type builtinDeps struct {
 // builtinResources are the kinds every miniplane serves, in discovery order.
 func builtinResources(deps builtinDeps) []*resource {
 	var out []*resource
-	for _, group := range [][]*resource{coreResources(deps), appsResources(), otherResources(), storageAndNodeResources(), admissionResources()} {
+	core := coreResources(deps)
+	for _, group := range [][]*resource{core, appsResources(), eventsResources(core), otherResources(), storageAndNodeResources(), admissionResources()} {
 		out = append(out, group...)
 	}
 	return out
+}
+
+// eventsResources serves events.k8s.io/v1 Events from the core/v1 Events among core.
+func eventsResources(core []*resource) []*resource {
+	i := slices.IndexFunc(core, func(r *resource) bool { return r.name == "events" })
+	coreEvents := core[i]
+	view := eventsV1View(coreEvents)
+	return []*resource{{
+		group: eventsv1.GroupName, version: "v1", name: "events", kind: "Event", singular: "event", namespaced: true,
+		shortNames: []string{"ev"},
+		newFunc:    func() runtime.Object { return &eventsv1.Event{} }, newListFunc: func() runtime.Object { return &eventsv1.EventList{} },
+		strategy: eventsV1Strategy{}, fields: view.fields(), ttl: coreEvents.ttl, allowCreateOnUpdate: true,
+		view: view, lazyCache: true,
+	}}
 }
 
 // listOf pairs the constructors of a kind and its list, for resource entries.

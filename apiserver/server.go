@@ -168,7 +168,7 @@ func (s *Server) newCache(r *resource) {
 	// The watch cache paces its waits on etcd in real time even when the server's clock
 	// is a test's fake one: a fake clock that is not stepped must not stall consistent
 	// reads (see cacher.clock).
-	r.cache = newCacher(r, s.store, s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
+	r.cache = newCacher(r, s.storeFor(r), s.cfg.EtcdPrefix, s.cfg.WatchCacheEvents, clock.RealClock{}, s.log)
 	isQuota, isCRD := r.groupResource() == quotasResource, r.groupResource() == crdsResource
 	// RBAC decides from these four kinds; aggregated ClusterRoles follow the others.
 	isRBAC, isClusterRole := isRBACResource(r.groupResource()), r.groupResource() == clusterRolesResource
@@ -242,6 +242,24 @@ func (s *Server) startCache(ctx context.Context, r *resource) error {
 	return nil
 }
 
+// ensureCache starts r's watch cache if it waits for its first use (resource.lazyCache),
+// and returns once the cache holds what etcd had when it started.
+func (s *Server) ensureCache(ctx context.Context, r *resource) error {
+	if !r.lazyCache {
+		return nil
+	}
+	r.lazyCacheStart.Do(func() {
+		s.mu.Lock()
+		runCtx := s.runCtx
+		s.mu.Unlock()
+		go r.cache.run(runCtx)
+	})
+	if err := r.cache.waitForRV(ctx, 1, time.Minute); err != nil {
+		return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
+	}
+	return nil
+}
+
 // UI returns the browser view, or nil when it is off.
 func (s *Server) UI() *ui.Handler { return s.ui }
 
@@ -310,7 +328,12 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.runCtx = ctx
 	s.mu.Unlock()
-	resources := s.reg.resources()
+	var resources []*resource
+	for _, r := range s.reg.resources() {
+		if !r.lazyCache {
+			resources = append(resources, r)
+		}
+	}
 	for _, r := range resources {
 		go r.cache.run(ctx)
 	}

@@ -219,7 +219,7 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 	pool, _ := res.strategy.(poolUser)
 	undo := func() {}
 	ctx := c.r.Context()
-	out, err := c.s.store.GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
+	out, err := c.s.storeFor(res).GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
 		undo() // what an attempt that lost the compare-and-swap claimed
 		undo = func() {}
 		if err := c.authorizeNodeObject(cur); err != nil {
@@ -292,8 +292,12 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 
 // cachedCopy returns the watch cache's copy of the object at key, to be passed to the
 // store as an update's suggestion (saving a read from etcd), or nil when the cache has none.
-// The copy is shared: it must only be read.
+// The copy is shared: it must only be read. A view's copy is its storage resource's, in
+// the storage form its store expects (see viewStore).
 func (r *resource) cachedCopy(key string) runtime.Object {
+	if r.view != nil {
+		return r.view.storage.cachedCopy(key)
+	}
 	if co, ok := r.cache.get(key); ok {
 		return co.object()
 	}

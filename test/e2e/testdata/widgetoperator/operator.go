@@ -1,7 +1,8 @@
 // Package widgetoperator is a small operator written the way controller-runtime users
 // write them, tested against miniplane's harness from a module of its own: it keeps one
-// ConfigMap per Widget (a custom resource) with server-side apply, and reports what it
-// did in the Widget's status.
+// ConfigMap per Widget (a custom resource) with server-side apply, reports what it did in
+// the Widget's status, and records an event (events.k8s.io/v1, through the manager's
+// GetEventRecorder) each time it applies.
 package widgetoperator
 
 import (
@@ -16,6 +17,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
 // WidgetKind is the custom resource the operator reconciles.
@@ -27,6 +29,8 @@ const FieldOwner = "widget-operator"
 // Reconciler keeps the ConfigMap and the status of each Widget.
 type Reconciler struct {
 	Client client.Client
+	// Recorder, when set, is told of every ConfigMap applied.
+	Recorder recorder.EventRecorder
 }
 
 // Reconcile applies the Widget's ConfigMap and its status.
@@ -44,6 +48,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			WithKind(WidgetKind.Kind).WithName(w.GetName()).WithUID(w.GetUID()).WithController(controller))
 	if err := r.Client.Apply(ctx, cm, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return ctrl.Result{}, err
+	}
+	if r.Recorder != nil {
+		r.Recorder.Eventf(w, nil, corev1.EventTypeNormal, "Applied", "ApplyConfigMap", "ConfigMap %s holds size %d", *cm.Name, size)
 	}
 	status := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": WidgetKind.GroupVersion().String(), "kind": WidgetKind.Kind,

@@ -97,7 +97,8 @@ func TestWidgetOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&widgetoperator.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	rec := &widgetoperator.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(widgetoperator.FieldOwner)}
+	if err := rec.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -139,6 +140,23 @@ func TestWidgetOperator(t *testing.T) {
 		}
 		size, _, _ := unstructured.NestedInt64(got.Object, "status", "observedSize")
 		return size == 3
+	})
+
+	// The recorder writes events.k8s.io/v1 Events; kubectl describe reads core/v1 ones
+	// about the object, which must be the same Events.
+	until(t, "the operator's event, as kubectl describe finds it", func() bool {
+		list := &corev1.EventList{}
+		if err := c.List(ctx, list, client.InNamespace("default"), client.MatchingFields{"involvedObject.name": "w1"}); err != nil {
+			t.Logf("listing events: %v", err)
+			return false
+		}
+		for _, ev := range list.Items {
+			if ev.Reason == "Applied" && ev.Message == "ConfigMap widget-w1 holds size 3" &&
+				ev.ReportingController == widgetoperator.FieldOwner && ev.InvolvedObject.Kind == "Widget" {
+				return true
+			}
+		}
+		return false
 	})
 
 	if err := c.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"size":5}}`))); err != nil {
