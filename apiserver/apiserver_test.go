@@ -411,8 +411,8 @@ func TestMetrics(t *testing.T) {
 			t.Fatalf("/metrics as %s: HTTP %d", user, resp.code)
 		}
 		for _, want := range []string{
-			`apiserver_request_total{code="200",resource="pods",subresource="",verb="LIST"} 1` + "\n",
-			`apiserver_request_duration_seconds_bucket{resource="pods",subresource="",verb="LIST",le="+Inf"} 1` + "\n",
+			`apiserver_request_total{code="200",group="",resource="pods",subresource="",verb="LIST"} 1` + "\n",
+			`apiserver_request_duration_seconds_bucket{group="",resource="pods",subresource="",verb="LIST",le="+Inf"} 1` + "\n",
 			"apiserver_registered_watchers ",
 			`apiserver_watch_cache_resource_version{`,
 		} {

@@ -28,17 +28,17 @@ func newMetrics(reg *registry) *metrics {
 		registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "apiserver_request_total",
-			Help: "Requests by verb, resource, subresource and HTTP code.",
-		}, []string{"verb", "resource", "subresource", "code"}),
+			Help: "Requests by verb, API group, resource, subresource and HTTP code.",
+		}, []string{"verb", "group", "resource", "subresource", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "apiserver_request_duration_seconds",
-			Help:    "Request latency by verb and resource (watches excluded: they last minutes).",
+			Help:    "Request latency by verb, API group and resource (watches excluded: they last minutes).",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
-		}, []string{"verb", "resource", "subresource"}),
+		}, []string{"verb", "group", "resource", "subresource"}),
 		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "apiserver_watch_events_total",
-			Help: "Watch events sent to clients, by resource.",
-		}, []string{"resource"}),
+			Help: "Watch events sent to clients, by API group and resource.",
+		}, []string{"group", "resource"}),
 		cacheReadWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "apiserver_watch_cache_read_wait_seconds",
 			Help:    "Time reads (watches, lists and gets at a resourceVersion, consistent lists) waited for the watch cache to reach their revision; reads it had reached are not counted.",
@@ -115,6 +115,11 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 		st := stateFrom(r.Context())
 		verb, resource := st.verb, st.resource
+		// The group tells apart resources of one name (events in core and events.k8s.io).
+		group := ""
+		if st.info != nil {
+			group = st.info.res.group
+		}
 		if verb == "" {
 			verb = strings.ToUpper(lowerVerb(r.Method))
 		} else {
@@ -124,9 +129,9 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		if code == 0 {
 			code = http.StatusOK
 		}
-		m.requests.WithLabelValues(verb, resource, st.subresource, strconv.Itoa(code)).Inc()
+		m.requests.WithLabelValues(verb, group, resource, st.subresource, strconv.Itoa(code)).Inc()
 		if verb != "WATCH" {
-			m.latency.WithLabelValues(verb, resource, st.subresource).Observe(time.Since(start).Seconds())
+			m.latency.WithLabelValues(verb, group, resource, st.subresource).Observe(time.Since(start).Seconds())
 		}
 	})
 }

@@ -138,7 +138,7 @@ func (c *call) beginWatchStream() *watchStream {
 		flusher.Flush()
 	}
 	return &watchStream{c: c, bw: bufio.NewWriterSize(c.w, 64<<10), flusher: flusher,
-		counter: c.s.metrics.watchEvents.WithLabelValues(c.info.res.name)}
+		counter: c.s.metrics.watchEvents.WithLabelValues(c.info.res.group, c.info.res.name)}
 }
 
 // send writes every frame queued on w with a single flush, so a burst of events costs

@@ -26,7 +26,7 @@ func podCreates(t *testing.T, c kubernetes.Interface, code int) int {
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
-	want := fmt.Sprintf(`apiserver_request_total{code="%d",resource="pods",subresource="",verb="CREATE"} `, code)
+	want := fmt.Sprintf(`apiserver_request_total{code="%d",group="",resource="pods",subresource="",verb="CREATE"} `, code)
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
