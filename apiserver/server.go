@@ -248,12 +248,13 @@ func (s *Server) ensureCache(ctx context.Context, r *resource) error {
 	if !r.lazyCache {
 		return nil
 	}
-	r.lazyCacheStart.Do(func() {
-		s.mu.Lock()
-		runCtx := s.runCtx
-		s.mu.Unlock()
-		go r.cache.run(runCtx)
-	})
+	s.mu.Lock()
+	runCtx := s.runCtx
+	s.mu.Unlock()
+	if runCtx == nil {
+		return errors.New("apiserver: the server has not started")
+	}
+	r.lazyCacheStart.Do(func() { go r.cache.run(runCtx) })
 	if err := r.cache.waitForRV(ctx, 1, time.Minute); err != nil {
 		return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
 	}
