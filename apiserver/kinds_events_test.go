@@ -60,22 +60,30 @@ func TestEventsInTwoGroups(t *testing.T) {
 		t.Errorf("events.k8s.io/v1 form = %+v; want the core/v1 Event's fields under their new names", v1ev)
 	}
 
-	// Lists and field selectors: the selectable fields keep their core names in both groups.
-	list, err := c.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web-0"})
+	// Lists and field selectors: each group selects on its own field names, as the e2e
+	// suite's Events API spec does (reportingController here, source in core/v1).
+	list, err := c.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=web-0"})
 	check(t, err)
 	if len(list.Items) != 1 || list.Items[0].Name != "web-0.restarted" {
-		t.Errorf("events.k8s.io list by involvedObject.name = %d items, want web-0.restarted", len(list.Items))
+		t.Errorf("events.k8s.io list by regarding.name = %d items, want web-0.restarted", len(list.Items))
 	}
-	list, err = c.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "source=kubelet", Limit: 10})
+	list, err = c.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reportingController=example.com/web-controller", Limit: 10})
 	check(t, err)
-	if len(list.Items) != 1 || list.Items[0].Name != "web-1.pulled" {
-		t.Errorf("events.k8s.io list by source from etcd = %d items, want web-1.pulled", len(list.Items))
+	if len(list.Items) != 1 || list.Items[0].Name != "web-0.restarted" {
+		t.Errorf("events.k8s.io list by reportingController from etcd = %d items, want web-0.restarted", len(list.Items))
 	}
-	_, err = c.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=web-0"})
-	expectStatus(t, err, 400, metav1.StatusReasonBadRequest)
+	coreList, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "source=example.com/web-controller"})
+	check(t, err)
+	if len(coreList.Items) != 1 || coreList.Items[0].Name != "web-0.restarted" {
+		t.Errorf("core/v1 list by source = %d items, want web-0.restarted (its reporter)", len(coreList.Items))
+	}
+	for _, sel := range []string{"involvedObject.name=web-0", "source=kubelet"} {
+		_, err = c.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		expectStatus(t, err, 400, metav1.StatusReasonBadRequest)
+	}
 
 	// A watch through events.k8s.io sees a core/v1 write, in its own form.
-	w, err := c.EventsV1().Events(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, FieldSelector: "involvedObject.name=web-2"})
+	w, err := c.EventsV1().Events(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, FieldSelector: "regarding.name=web-2"})
 	check(t, err)
 	defer w.Stop()
 	_, err = c.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "web-2.killed"},
@@ -179,8 +187,8 @@ func TestEventsV1Invalid(t *testing.T) {
 				EventTime: metav1.NewMicroTime(time.Now())}, metav1.CreateOptions{})
 			return err
 			// Required, and not a qualified name twice over (empty, and not matching), as
-			// kube-apiserver reports it.
-		}, []string{"action", "reportingController", "reportingController", "reportingController", "reportingInstance"}},
+			// kube-apiserver reports it, under the name core/v1 selects it by.
+		}, []string{"action", "reportingComponent", "reportingComponent", "reportingComponent", "reportingInstance"}},
 		{"core/v1 event about a node outside default", func(ctx context.Context, c kubernetes.Interface) error {
 			_, err := c.CoreV1().Events("kube-system").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "bad"},
 				InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "node-a"}, Reason: "Rebooted"}, metav1.CreateOptions{})

@@ -21,15 +21,19 @@ type storageView struct {
 	// must lose nothing, so that an update that changes nothing writes nothing.
 	toStorage   func(runtime.Object) runtime.Object
 	fromStorage func(runtime.Object) runtime.Object
+	// fieldLabels maps each field a selector may name on the view to the storage
+	// resource's selectable field it reads, as kube-apiserver's field label conversion
+	// maps a version's names to its internal form's.
+	fieldLabels map[string]string
 }
 
-// fields are the selectable fields of the view: those of its storage resource, read from
-// the storage form, as kube-apiserver selects on its internal form whichever version was
-// asked for.
+// fields are the selectable fields of the view (fieldLabels), read from the storage form
+// by the storage resource's getters.
 func (v *storageView) fields() map[string]fieldFunc {
-	out := make(map[string]fieldFunc, len(v.storage.fields))
-	for name, get := range v.storage.fields {
-		out[name] = func(obj runtime.Object) string { return get(v.toStorage(obj)) }
+	out := make(map[string]fieldFunc, len(v.fieldLabels))
+	for label, stored := range v.fieldLabels {
+		get := v.storage.fields[stored]
+		out[label] = func(obj runtime.Object) string { return get(v.toStorage(obj)) }
 	}
 	return out
 }

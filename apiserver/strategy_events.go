@@ -71,7 +71,7 @@ func (eventsV1Strategy) tableRow(obj runtime.Object, now time.Time) []any {
 // strict adds those of events.k8s.io/v1 writes (a reporter, an action, an eventTime, and
 // none of the deprecated core fields).
 func validateEvent(ev *corev1.Event, strict bool) field.ErrorList {
-	errs := legacyEventErrors(ev)
+	errs := legacyEventErrors(ev, strict)
 	if !strict {
 		return errs
 	}
@@ -101,7 +101,7 @@ func validateEvent(ev *corev1.Event, strict bool) field.ErrorList {
 // validateEventUpdate checks a changed event, in its core form. Through events.k8s.io/v1
 // (strict) only the series and metadata may change.
 func validateEventUpdate(ev, old *corev1.Event, strict bool) field.ErrorList {
-	errs := legacyEventErrors(ev)
+	errs := legacyEventErrors(ev, strict)
 	if !strict {
 		return errs
 	}
@@ -120,7 +120,9 @@ func validateEventUpdate(ev, old *corev1.Event, strict bool) field.ErrorList {
 		{"lastTimestamp", ev.LastTimestamp, old.LastTimestamp},
 		{"count", ev.Count, old.Count},
 		{"type", ev.Type, old.Type},
-		{"eventTime", ev.EventTime, old.EventTime},
+		// Below a microsecond eventTime may change: clients that encode it with
+		// nanoseconds, or truncate it, send back what they read a little differently.
+		{"eventTime", ev.EventTime.Truncate(time.Microsecond).UTC(), old.EventTime.Truncate(time.Microsecond).UTC()},
 		{"action", ev.Action, old.Action},
 		{"related", ev.Related, old.Related},
 		{"reportingController", ev.ReportingController, old.ReportingController},
@@ -135,9 +137,15 @@ func validateEventUpdate(ev, old *corev1.Event, strict bool) field.ErrorList {
 
 // legacyEventErrors are the rules every event meets, whichever group writes it. An event
 // without eventTime is an old-style one: its namespace follows its object's. One with
-// eventTime is new-style: it names its reporter and action, within upstream's limits.
-func legacyEventErrors(ev *corev1.Event) field.ErrorList {
+// eventTime is new-style: it names its reporter and action, within upstream's limits. The
+// reporter is named as the writer's group names it (core/v1 selects on it as
+// reportingComponent).
+func legacyEventErrors(ev *corev1.Event, eventsGroup bool) field.ErrorList {
 	var errs field.ErrorList
+	reporter := field.NewPath("reportingComponent")
+	if eventsGroup {
+		reporter = field.NewPath("reportingController")
+	}
 	involvedNS := field.NewPath("involvedObject", "namespace")
 	if ev.EventTime.IsZero() {
 		// Events about cluster-scoped objects live in "default" (or nowhere), as client-go's
@@ -154,10 +162,10 @@ func legacyEventErrors(ev *corev1.Event) field.ErrorList {
 			errs = append(errs, field.Invalid(involvedNS, ev.InvolvedObject.Namespace, "does not match event.namespace"))
 		}
 		if ev.ReportingController == "" {
-			errs = append(errs, field.Required(field.NewPath("reportingController"), ""))
+			errs = append(errs, field.Required(reporter, ""))
 		}
 		for _, msg := range validation.IsQualifiedName(ev.ReportingController) {
-			errs = append(errs, field.Invalid(field.NewPath("reportingController"), ev.ReportingController, msg))
+			errs = append(errs, field.Invalid(reporter, ev.ReportingController, msg))
 		}
 		errs = append(errs, requiredWithin(field.NewPath("reportingInstance"), ev.ReportingInstance, eventReportingInstanceLimit)...)
 		errs = append(errs, requiredWithin(field.NewPath("action"), ev.Action, eventActionLimit)...)
@@ -251,18 +259,29 @@ func eventFromCore(ev *corev1.Event) *eventsv1.Event {
 	return out
 }
 
-// eventsV1View serves events.k8s.io/v1 Events from the core/v1 Events in storage.
+// eventsV1View serves events.k8s.io/v1 Events from the core/v1 Events in storage. Its
+// field selectors use the new names (no "source": an events.k8s.io Event has a reporter).
 func eventsV1View(coreEvents *resource) *storageView {
 	return &storageView{
 		storage:     coreEvents,
 		toStorage:   func(obj runtime.Object) runtime.Object { return eventToCore(obj.(*eventsv1.Event)) },
 		fromStorage: func(obj runtime.Object) runtime.Object { return eventFromCore(obj.(*corev1.Event)) },
+		fieldLabels: map[string]string{
+			"regarding.kind":            "involvedObject.kind",
+			"regarding.namespace":       "involvedObject.namespace",
+			"regarding.name":            "involvedObject.name",
+			"regarding.uid":             "involvedObject.uid",
+			"regarding.apiVersion":      "involvedObject.apiVersion",
+			"regarding.resourceVersion": "involvedObject.resourceVersion",
+			"regarding.fieldPath":       "involvedObject.fieldPath",
+			"reason":                    "reason",
+			"reportingController":       "reportingComponent",
+			"type":                      "type",
+		},
 	}
 }
 
-// eventFields are the selectable fields of events, as kube-apiserver offers them. The
-// names are the core/v1 ones in both groups: kube-apiserver selects on its internal form,
-// which has the core names.
+// eventFields are the selectable fields of core/v1 events, as kube-apiserver offers them.
 var eventFields = fieldsOf(map[string]func(*corev1.Event) string{
 	"involvedObject.kind":            func(ev *corev1.Event) string { return ev.InvolvedObject.Kind },
 	"involvedObject.namespace":       func(ev *corev1.Event) string { return ev.InvolvedObject.Namespace },
