@@ -11,7 +11,8 @@
 #                      under a unique project name, runs the faults, removes everything
 #   make conformance   upstream's e2e specs (FOCUS, default '\[sig-apps\] Daemon set'; or
 #                      PROFILE=conformance: the applicable [Conformance] specs of sig-apps,
-#                      sig-api-machinery and sig-auth's ServiceAccounts) against `miniplane up --nodes $(NODES)`; builds
+#                      sig-api-machinery, sig-auth's ServiceAccounts and sig-instrumentation's
+#                      Events) against `miniplane up --nodes $(NODES)`; builds
 #                      upstream's e2e binary once (long). Not part of CI; see
 #                      test/conformance/run.sh --help and docs/conformance.md
 #   make bench         the scale benchmark (docs/performance.md): `miniplane up --nodes 0` and

@@ -6,8 +6,9 @@
 #                           [--kubeconfig FILE] [--keep] [--rebuild] [--build-only]
 #
 #   --profile     take focus and skip from test/conformance/profiles/NAME.txt (`conformance`:
-#                 the [Conformance] specs of sig-apps, sig-api-machinery and sig-auth's
-#                 ServiceAccounts and SubjectReview that apply to miniplane, see
+#                 the [Conformance] specs of sig-apps, sig-api-machinery, sig-auth's
+#                 ServiceAccounts and SubjectReview and sig-instrumentation's Events
+#                 that apply to miniplane, see
 #                 docs/conformance.md); --focus and --skip given too win
 #   --focus       ginkgo focus (default '\[sig-apps\] Daemon set')
 #   --skip        ginkgo skip (default none)
