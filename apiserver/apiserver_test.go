@@ -336,12 +336,31 @@ func TestDiscovery(t *testing.T) {
 	}
 	short := map[string]string{}
 	subresources := map[string]bool{}
+	hashes := map[string]string{}
 	for _, rl := range resources {
 		for _, r := range rl.APIResources {
 			for _, s := range r.ShortNames {
 				short[s] = r.Name
 			}
 			subresources[rl.GroupVersion+"/"+r.Name] = true
+		}
+	}
+	// The values a v1.37.2 kube-apiserver publishes: events share one storage, so both
+	// groups name the core Event's. Only the per-group-version documents carry them
+	// (aggregated discovery has no such field).
+	for _, gv := range []string{"v1", "events.k8s.io/v1", "apps/v1", "coordination.k8s.io/v1"} {
+		rl, err := env.Client.Discovery().ServerResourcesForGroupVersion(gv)
+		check(t, err)
+		for _, r := range rl.APIResources {
+			hashes[gv+"/"+r.Name] = r.StorageVersionHash
+		}
+	}
+	for gvr, want := range map[string]string{
+		"v1/events": "r2yiGXH7wu8=", "events.k8s.io/v1/events": "r2yiGXH7wu8=", "v1/pods": "xPOwRZ+Yhw8=",
+		"apps/v1/daemonsets": "dd7pWHUlMKQ=", "coordination.k8s.io/v1/leases": "gqkMMb/YqFM=",
+	} {
+		if hashes[gvr] != want {
+			t.Errorf("storageVersionHash of %s = %q, want %q", gvr, hashes[gvr], want)
 		}
 	}
 	for s, want := range map[string]string{"ds": "daemonsets", "po": "pods", "no": "nodes", "ns": "namespaces", "ev": "events"} {

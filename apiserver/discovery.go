@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"runtime"
 	"sort"
-	"strings"
 
 	"github.com/gorilla/mux"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
+	apidiscovery "k8s.io/apiserver/pkg/endpoints/discovery"
 )
 
 // Version is miniplane's own version.
@@ -155,21 +155,15 @@ func (s *Server) resourceList(group, ver string) (*metav1.APIResourceList, bool)
 	return list, true
 }
 
-// storageVersionHash lets clients notice a storage version change; ours never changes, so
-// a stable digest of group/version/kind is enough.
+// storageVersionHash lets clients notice a storage version change (the storage version
+// migrator, the garbage collector) and tell which resources share their storage: it is
+// kube-apiserver's digest of the group/version/kind objects are stored as, the same for a
+// view and the resource it views.
 func storageVersionHash(res *resource) string {
-	h := uint64(14695981039346656037)
-	for _, c := range []byte(res.apiVersion() + "/" + res.kind) {
-		h ^= uint64(c)
-		h *= 1099511628211
+	if res.view != nil {
+		res = res.view.storage
 	}
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-	var b strings.Builder
-	for i := 0; i < 11; i++ {
-		b.WriteByte(alphabet[h&63])
-		h >>= 6
-	}
-	return b.String() + "="
+	return apidiscovery.StorageVersionHash(res.group, res.version, res.kind)
 }
 
 func notFoundPath(r *http.Request) error {
