@@ -75,28 +75,15 @@ func (v viewStore) Get(ctx context.Context, key string) (runtime.Object, error) 
 }
 
 func (v viewStore) List(ctx context.Context, prefix string, opts store.ListOptions) (*store.ListResult, error) {
-	var converted map[runtime.Object]runtime.Object
 	if keep := opts.Predicate; keep != nil {
-		// The predicate judges the view's form; what it judged is kept, not converted twice.
-		converted = map[runtime.Object]runtime.Object{}
-		opts.Predicate = func(obj runtime.Object) bool {
-			out := v.view.fromStorage(obj)
-			if !keep(out) {
-				return false
-			}
-			converted[obj] = out
-			return true
-		}
+		// The predicate judges the view's form.
+		opts.Predicate = func(obj runtime.Object) bool { return keep(v.view.fromStorage(obj)) }
 	}
 	result, err := v.Store.List(ctx, prefix, opts)
 	if err != nil {
 		return nil, err
 	}
 	for i, obj := range result.Items {
-		if out, ok := converted[obj]; ok {
-			result.Items[i] = out
-			continue
-		}
 		result.Items[i] = v.view.fromStorage(obj)
 	}
 	return result, nil
