@@ -41,6 +41,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err, groupResourceNone, "")
 		return
 	}
+	s.labels.set(info)
+	defer s.labels.reset()
 	st := stateFrom(r.Context())
 	st.verb, st.resource, st.subresource = info.verb, info.res.name, info.subresource
 	st.info = info

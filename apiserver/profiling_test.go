@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -61,4 +62,28 @@ func TestProfiling(t *testing.T) {
 	if r := newRawClient(t, off).do(t, request{method: "GET", path: "/debug/pprof/", token: off.Token(testenv.AdminUser)}); r.code != http.StatusNotFound {
 		t.Errorf("--profiling=false, administrator: %d, want 404", r.code)
 	}
+}
+
+// TestProfilesNameRequests: a request's goroutine carries profiler labels naming the
+// component, the resource and the verb, so a profile of the server can be split by request
+// kind (`go tool pprof -tags`); seen here on a watch, whose goroutine lives long enough to be
+// found in the goroutine profile the server itself serves.
+func TestProfilesNameRequests(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	ctx := testCtx(t)
+	w, err := env.Client.CoordinationV1().Leases("profile-labels").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	raw := newRawClient(t, env)
+	want := `# labels: {"component":"apiserver", "resource":"leases.coordination.k8s.io", "verb":"watch"}`
+	eventually(t, "the watch's goroutine in the goroutine profile", func() (bool, error) {
+		r := raw.do(t, request{method: "GET", path: "/debug/pprof/goroutine?debug=1", token: env.Token(testenv.AdminUser)})
+		if r.code != http.StatusOK {
+			return false, fmt.Errorf("goroutine profile: %d", r.code)
+		}
+		return bytes.Contains(r.body, []byte(want)), fmt.Errorf("no goroutine labelled %s", want)
+	})
 }

@@ -58,6 +58,8 @@ type Server struct {
 	quota    *quotaTracker
 	budgets  *budgetTracker
 	crds     *crdController
+	// labels name each request's resource and verb in CPU profiles.
+	labels *requestLabels
 	// runCtx is the context Start was given, for what starts later (custom resources' caches).
 	runCtx context.Context
 	// ui is the browser view at /ui/; nil when it is off.
@@ -121,6 +123,7 @@ func New(opts Options) (*Server, error) {
 		services: newServiceAllocator(opts.Store, opts.Config.EtcdPrefix, cidr, firstPort, lastPort),
 		done:     make(chan struct{}),
 		errs:     make(chan error, 4),
+		labels:   newRequestLabels(),
 	}
 	s.rbac = &rbacAuthorizer{newPolicy: s.buildPolicy}
 	s.authz = s.newAuthorizer()

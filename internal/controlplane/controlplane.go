@@ -32,6 +32,7 @@ import (
 	"github.com/miniplane/miniplane/controllers/manager"
 	"github.com/miniplane/miniplane/controllers/scheduler"
 	"github.com/miniplane/miniplane/internal/credentials"
+	"github.com/miniplane/miniplane/internal/profiling"
 	"github.com/miniplane/miniplane/kubeletstub"
 )
 
@@ -184,8 +185,12 @@ func identities(cfg Config) []auth.User {
 
 // startAPIServer opens the storage, starts the compactor and the API server.
 func (cp *ControlPlane) startAPIServer(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
-	cp.Storage, err = OpenStorage(ctx, cfg.APIServer, StorageOptions{
-		EtcdLogLevel: cfg.EtcdLogLevel, UnsafeNoFsync: cfg.UnsafeNoFsync, Logger: log,
+	// Each part runs under a profiler label of its name (docs/performance.md, "Profiles of one
+	// process"), so that a profile of up can be split by component.
+	profiling.Component(ctx, "etcd", func(ctx context.Context) {
+		cp.Storage, err = OpenStorage(ctx, cfg.APIServer, StorageOptions{
+			EtcdLogLevel: cfg.EtcdLogLevel, UnsafeNoFsync: cfg.UnsafeNoFsync, Logger: log,
+		})
 	})
 	if err != nil {
 		return err
@@ -198,7 +203,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, cfg Config, log *slo
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(ctx); err != nil {
+	profiling.Component(ctx, "apiserver", func(ctx context.Context) { err = srv.Start(ctx) })
+	if err != nil {
 		return err
 	}
 	cp.APIServer = srv
@@ -289,7 +295,18 @@ type ownedFactory struct {
 }
 
 // Start starts the informers requested so far, until the control plane stops them.
-func (f ownedFactory) Start(<-chan struct{}) { f.SharedInformerFactory.Start(f.stop) }
+// Its goroutines, which decode every watched object and run every component's handlers,
+// carry the profiler label "informers" whichever component starts them first. They are
+// started from a goroutine of their own: labelling the caller's would leave it without its
+// component's label afterwards (pprof.Do restores the labels of the context it is given).
+func (f ownedFactory) Start(<-chan struct{}) {
+	started := make(chan struct{})
+	go profiling.Component(context.Background(), "informers", func(context.Context) {
+		defer close(started)
+		f.SharedInformerFactory.Start(f.stop)
+	})
+	<-started
+}
 
 // Shutdown does nothing: ControlPlane.Stop shuts the factory down.
 func (f ownedFactory) Shutdown() {}
@@ -317,7 +334,7 @@ func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool, wha
 // reporting an error on Failed.
 func (cp *ControlPlane) goRun(wg *sync.WaitGroup, name string, log *slog.Logger, run func() error) {
 	wg.Add(1)
-	go func() {
+	go profiling.Component(context.Background(), name, func(context.Context) {
 		defer wg.Done()
 		if err := run(); err != nil {
 			log.Error("component stopped", "component", name, "err", err)
@@ -326,7 +343,7 @@ func (cp *ControlPlane) goRun(wg *sync.WaitGroup, name string, log *slog.Logger,
 			default:
 			}
 		}
-	}()
+	})
 }
 
 // Failed receives the error of the first component that stops with one before Stop; a

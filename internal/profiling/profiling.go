@@ -5,8 +5,10 @@
 package profiling
 
 import (
+	"context"
 	"net/http"
 	"net/http/pprof"
+	runtimepprof "runtime/pprof"
 )
 
 // Path is where the profiles are served; every URL under it belongs to Handler.
@@ -24,4 +26,16 @@ func Handler() http.Handler {
 	mux.HandleFunc(Path+"symbol", pprof.Symbol)
 	mux.HandleFunc(Path+"trace", pprof.Trace)
 	return mux
+}
+
+// ComponentLabel is the profiler label naming the part of a process a goroutine works for.
+// Where several components share one process (miniplane up), a CPU or goroutine profile is
+// split by it: `go tool pprof -tags` for the shares, `-tagfocus component=scheduler` for one.
+const ComponentLabel = "component"
+
+// Component runs f with the calling goroutine labelled as working for component. Labels are
+// inherited, so every goroutine f starts, and every goroutine those start, carries the label
+// too: a component's informers, workers and client connections are counted as its own.
+func Component(ctx context.Context, component string, f func(context.Context)) {
+	runtimepprof.Do(ctx, runtimepprof.Labels(ComponentLabel, component), f)
 }

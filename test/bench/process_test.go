@@ -412,7 +412,10 @@ func startRemoteCPUProfile(b *testing.B, c kubernetes.Interface, n int) (wait fu
 			Timeout(*flagCPUWindow + time.Minute).DoRaw(context.Background())
 		if err == nil {
 			ext := filepath.Ext(*flagProfile)
-			err = os.WriteFile(fmt.Sprintf("%s-up-%d%s", strings.TrimSuffix(*flagProfile, ext), n, ext), data, 0o600)
+			path := fmt.Sprintf("%s-up-%d%s", strings.TrimSuffix(*flagProfile, ext), n, ext)
+			if err = os.WriteFile(path, data, 0o600); err == nil {
+				printComponentShares(path, n)
+			}
 		}
 		done <- err
 	}()
@@ -421,6 +424,20 @@ func startRemoteCPUProfile(b *testing.B, c kubernetes.Interface, n int) (wait fu
 			b.Errorf("CPU profile: %v", err)
 		}
 	}
+}
+
+// printComponentShares prints how the profile at path splits by the profiler label that
+// names each part of the process (etcd, apiserver, controller-manager, scheduler,
+// kubeletstub, informers; the rest is mostly the garbage collector's own workers), from `go
+// tool pprof -tags`: in one process the CPU seconds of the whole are all /proc has.
+func printComponentShares(path string, n int) {
+	out, err := exec.Command("go", "tool", "pprof", "-tags", path).Output()
+	if err != nil {
+		fmt.Printf("CPU profile %s: go tool pprof -tags: %v\n", path, err)
+		return
+	}
+	section, _, _ := strings.Cut(string(out), "\n\n")
+	fmt.Printf("\nCPU profile of up, %d nodes, by component (%s):\n%s\n", n, path, section)
 }
 
 // procStatus is a "kB" field of /proc/PID/status (VmRSS, VmHWM) in bytes.
