@@ -385,14 +385,8 @@ func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Obj
 	if res == s.namespaces() {
 		s.ensureDefaultServiceAccount(ctx, m.GetName())
 	}
-	if res.notRunBy != "" {
-		effect := res.notRunEffect
-		if effect == "" {
-			effect = "no pods are created for it"
-		}
-		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NoController", fmt.Sprintf(
-			"miniplane runs no %s controller: this %s is stored and served, but nothing acts on it (%s)",
-			res.notRunBy, res.kind, effect))
+	if note := res.noControllerNote(); note != "" {
+		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NoController", note)
 	}
 	if res.inertNote != "" {
 		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NotEnforced", res.inertNote)

@@ -130,10 +130,26 @@ func (c *call) key(namespace, name string) string {
 	return c.info.res.key(c.s.cfg.EtcdPrefix, namespace, name)
 }
 
+// writeWarning is what a write answers with for a kind that is stored but not acted on:
+// webhook configurations that are never called, and kinds no controller of miniplane runs
+// (the latter for writes of the object itself, not of its status or scale).
+func (c *call) writeWarning() string {
+	if c.r.Method == http.MethodGet || c.r.Method == http.MethodDelete {
+		return ""
+	}
+	if note := c.info.res.inertNote; note != "" {
+		return note
+	}
+	if c.info.subresource != "" {
+		return ""
+	}
+	return c.info.res.noControllerNote()
+}
+
 // respond writes one object in the negotiated shape. co, when given, is obj as the watch
 // cache holds it, with its encodings made once.
 func (c *call) respond(code int, obj runtime.Object, co *cachedObject) {
-	if note := c.info.res.inertNote; note != "" && c.r.Method != http.MethodGet && c.r.Method != http.MethodDelete {
+	if note := c.writeWarning(); note != "" {
 		if h, err := utilnet.NewWarningHeader(299, "-", note); err == nil {
 			c.w.Header().Add("Warning", h)
 		}

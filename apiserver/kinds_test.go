@@ -17,8 +17,10 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // causeFields returns the field of every cause of a 422, sorted.
@@ -248,4 +250,59 @@ func TestSystemPriorityClasses(t *testing.T) {
 		err = env.Client.SchedulingV1().PriorityClasses().Delete(ctx, name, metav1.DeleteOptions{})
 		expectStatus(t, err, 403, metav1.StatusReasonForbidden)
 	}
+}
+
+// TestNoControllerWarning: a write of an object no controller of miniplane acts on is
+// answered with a warning saying so, which kubectl and Helm print (a chart's Deployment would
+// otherwise wait for pods in silence); reads, deletes, writes of its status and writes of
+// kinds that do run are not.
+func TestNoControllerWarning(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t)
+	c, seen := warnedClient(t, env)
+	const ns = "default"
+	expect := func(what, want string) {
+		t.Helper()
+		got := seen.take()
+		if want == "" && len(got) > 0 || want != "" && (len(got) != 1 || !strings.Contains(got[0], want)) {
+			t.Errorf("%s: warnings %q, want %q", what, got, want)
+		}
+	}
+	const noDeployments = "miniplane runs no deployment controller: this Deployment is stored and served, but nothing acts on it (no pods are created for it)"
+
+	d, err := c.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "warned"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labelled("warned")},
+			Template: podTemplate("warned", "")}}, metav1.CreateOptions{})
+	check(t, err)
+	expect("deployment create", noDeployments)
+	d.Spec.Replicas = ptr.To[int32](3)
+	d, err = c.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
+	check(t, err)
+	expect("deployment update", noDeployments)
+	d, err = c.AppsV1().Deployments(ns).Patch(ctx, "warned", types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"web"}}}`), metav1.PatchOptions{})
+	check(t, err)
+	expect("deployment patch", noDeployments)
+	d.Status.ObservedGeneration = d.Generation
+	_, err = c.AppsV1().Deployments(ns).UpdateStatus(ctx, d, metav1.UpdateOptions{})
+	check(t, err)
+	expect("deployment status update", "")
+	_, err = c.AppsV1().Deployments(ns).Get(ctx, "warned", metav1.GetOptions{})
+	check(t, err)
+	expect("deployment get", "")
+	check(t, c.AppsV1().Deployments(ns).Delete(ctx, "warned", metav1.DeleteOptions{}))
+	expect("deployment delete", "")
+
+	_, err = c.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "hook"},
+		Spec: batchv1.JobSpec{Template: podTemplate("hook", corev1.RestartPolicyNever)}}, metav1.CreateOptions{})
+	check(t, err)
+	expect("job create", "miniplane runs no job controller")
+
+	_, err = c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labelled("agent")},
+			Template: podTemplate("agent", "")}}, metav1.CreateOptions{})
+	check(t, err)
+	expect("daemonset create", "")
+	_, err = c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}}, metav1.CreateOptions{})
+	check(t, err)
+	expect("configmap create", "")
 }

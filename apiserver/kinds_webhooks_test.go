@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/miniplane/miniplane/test/testenv"
 )
 
 // serviceWebhook is a validating webhook that passes validation: a service reference, no
@@ -126,6 +128,17 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.got = append(w.got, text)
 }
 
+// warnedClient is an administrator's client whose Warning headers are collected.
+func warnedClient(t *testing.T, env *testenv.Env) (kubernetes.Interface, *warnings) {
+	t.Helper()
+	seen := &warnings{}
+	cfg := rest.CopyConfig(env.AdminConfig)
+	cfg.WarningHandler = seen
+	c, err := kubernetes.NewForConfig(cfg)
+	check(t, err)
+	return c, seen
+}
+
 func (w *warnings) take() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -141,11 +154,7 @@ func (w *warnings) take() []string {
 func TestWebhookConfigurations(t *testing.T) {
 	env := newEnv(t)
 	ctx := testCtx(t)
-	seen := &warnings{}
-	cfg := rest.CopyConfig(env.AdminConfig)
-	cfg.WarningHandler = seen
-	c, err := kubernetes.NewForConfig(cfg)
-	check(t, err)
+	c, seen := warnedClient(t, env)
 	wantWarning := func(what string, want bool) {
 		t.Helper()
 		got := seen.take()

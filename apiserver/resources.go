@@ -594,6 +594,21 @@ func admissionResources() []*resource {
 	}
 }
 
+// noControllerNote says that miniplane runs no controller for the kind, if so: the text of
+// the NoController event on each new object and of the warning every write of one answers
+// with (a chart's Deployment would otherwise wait for pods in silence).
+func (r *resource) noControllerNote() string {
+	if r.notRunBy == "" {
+		return ""
+	}
+	effect := r.notRunEffect
+	if effect == "" {
+		effect = "no pods are created for it"
+	}
+	return fmt.Sprintf("miniplane runs no %s controller: this %s is stored and served, but nothing acts on it (%s)",
+		r.notRunBy, r.kind, effect)
+}
+
 // secretFields are the selectable fields of secrets, as kube-apiserver offers them.
 var secretFields = fieldsOf(map[string]func(*corev1.Secret) string{
 	"type": func(s *corev1.Secret) string { return string(s.Type) },
