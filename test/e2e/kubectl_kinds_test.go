@@ -56,8 +56,15 @@ func TestKubectlKinds(t *testing.T) {
 		{"create", "job", "once", "--image=registry.example/task:1"},
 		{"create", "cronjob", "nightly", "--image=registry.example/task:1", "--schedule=0 2 * * *"},
 	} {
-		if out := k(args...); !strings.Contains(out, " created") {
+		out := k(args...)
+		if countApplied(out, "created") != 1 {
 			t.Errorf("kubectl %s: %s", strings.Join(args, " "), out)
+		}
+		// What no controller runs says so where the command's output is read.
+		kind := args[1]
+		notRun := kind == "deployment" || kind == "job" || kind == "cronjob"
+		if warned := strings.Contains(out, "Warning: miniplane runs no "+kind+" controller"); warned != notRun {
+			t.Errorf("kubectl %s: warned %v, want %v:\n%s", strings.Join(args, " "), warned, notRun, out)
 		}
 	}
 	if out := k("get", "cm,secret,sa,svc,quota,pc,role,rolebinding,pdb"); !strings.Contains(out, "configmap/settings") ||

@@ -78,7 +78,7 @@ func TestKubectlApplyPrune(t *testing.T) {
 	fewer := write("fewer.yaml", strings.Join([]string{docs[0], docs[2], docs[4]}, "---\n"))
 
 	const selector = "-l=app.kubernetes.io/part-of=agent"
-	if out := k("apply", "--prune", selector, "-f", all); strings.Count(out, " created") != 5 {
+	if out := k("apply", "--prune", selector, "-f", all); countApplied(out, "created") != 5 {
 		t.Fatalf("kubectl apply --prune, first time:\n%s", out)
 	}
 	out := k("apply", "--prune", selector, "-f", fewer)
