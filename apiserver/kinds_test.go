@@ -276,7 +276,7 @@ func TestNoControllerWarning(t *testing.T) {
 	check(t, err)
 	expect("deployment create", noDeployments)
 	d.Spec.Replicas = ptr.To[int32](3)
-	d, err = c.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
+	_, err = c.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
 	check(t, err)
 	expect("deployment update", noDeployments)
 	d, err = c.AppsV1().Deployments(ns).Patch(ctx, "warned", types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"web"}}}`), metav1.PatchOptions{})
