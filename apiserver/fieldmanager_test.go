@@ -3,9 +3,11 @@ package apiserver
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/managedfields"
@@ -101,8 +103,92 @@ func TestTrackWriteTrustsBuiltinObjects(t *testing.T) {
 	}
 }
 
+// daemonPod is a pod as the DaemonSet controller, the API server's defaults and the
+// ServiceAccount admission make it.
+func daemonPod() *corev1.Pod {
+	yes, grace, mode, priority := true, int64(30), int32(420), int32(0)
+	preempt := corev1.PreemptLowerPriority
+	tolerate := func(key string, effect corev1.TaintEffect) corev1.Toleration {
+		return corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: effect}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "agent-x7k2p", GenerateName: "agent-", Namespace: "default", UID: "0b6c9d4e",
+			Labels: map[string]string{"app": "agent", "controller-revision-hash": "5d8f7c6b9", "pod-template-generation": "1"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent",
+				UID: "4f1e2d3c", Controller: &yes, BlockOwnerDeletion: &yes}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "node-0001",
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name",
+						Operator: corev1.NodeSelectorOpIn, Values: []string{"node-0001"}}},
+				}}},
+			}},
+			Tolerations: []corev1.Toleration{
+				tolerate(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute),
+				tolerate(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute),
+				tolerate(corev1.TaintNodeDiskPressure, corev1.TaintEffectNoSchedule),
+				tolerate(corev1.TaintNodeMemoryPressure, corev1.TaintEffectNoSchedule),
+				tolerate(corev1.TaintNodePIDPressure, corev1.TaintEffectNoSchedule),
+				tolerate(corev1.TaintNodeUnschedulable, corev1.TaintEffectNoSchedule),
+			},
+			Containers: []corev1.Container{{
+				Name: "agent", Image: "registry.example/agent:1.0", ImagePullPolicy: corev1.PullIfNotPresent,
+				Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100, Protocol: corev1.ProtocolTCP}},
+				Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+					FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}}},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: apiresource.MustParse("50m"), corev1.ResourceMemory: apiresource.MustParse("64Mi")}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-abcde", ReadOnly: true,
+					MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}},
+				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			}},
+			Volumes: []corev1.Volume{{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				DefaultMode: &mode,
+				Sources: []corev1.VolumeProjection{
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+						Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+					{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
+						FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+				},
+			}}}},
+			RestartPolicy: corev1.RestartPolicyAlways, DNSPolicy: corev1.DNSClusterFirst, SchedulerName: corev1.DefaultSchedulerName,
+			ServiceAccountName: "default", TerminationGracePeriodSeconds: &grace, EnableServiceLinks: &yes,
+			SecurityContext: &corev1.PodSecurityContext{}, PreemptionPolicy: &preempt, Priority: &priority,
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBurstable,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// runningStatus sets the status a kubelet writes once p's one container runs.
+func runningStatus(p *corev1.Pod) {
+	started := metav1.NewTime(time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC))
+	yes := true
+	p.Status.Phase = corev1.PodRunning
+	p.Status.HostIP, p.Status.PodIP = "10.0.0.1", "10.244.0.5"
+	p.Status.HostIPs = []corev1.HostIP{{IP: "10.0.0.1"}}
+	p.Status.PodIPs = []corev1.PodIP{{IP: "10.244.0.5"}}
+	p.Status.StartTime = &started
+	p.Status.Conditions = nil
+	for _, c := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized,
+		corev1.PodReady, corev1.ContainersReady, corev1.PodScheduled} {
+		p.Status.Conditions = append(p.Status.Conditions,
+			corev1.PodCondition{Type: c, Status: corev1.ConditionTrue, LastTransitionTime: started})
+	}
+	c := p.Spec.Containers[0]
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Ready: true, Started: &yes,
+		Image: c.Image, ImageID: c.Image + "@sha256:0123", ContainerID: "containerd://abc",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}}
+}
+
 // BenchmarkTrackWritePodStatus is the managed-fields bookkeeping of a kubelet's pod status
-// update, the API server's most frequent write in a rollout.
+// update, the API server's most frequent write in a rollout: of a small pod, and of a pod as
+// a DaemonSet's are.
 func BenchmarkTrackWritePodStatus(b *testing.B) {
 	reg, err := newBuiltinRegistry(builtinDeps{})
 	if err != nil {
@@ -115,12 +201,18 @@ func BenchmarkTrackWritePodStatus(b *testing.B) {
 		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "c", Image: "i:1",
 			Ports: []corev1.ContainerPort{{ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
 	}
-	stored := s.trackWrite(pods, "", &corev1.Pod{}, pod, "creator").(*corev1.Pod)
-	next := stored.DeepCopy()
-	next.Status.Phase = corev1.PodRunning
-	next.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	b.ReportAllocs()
-	for b.Loop() {
-		s.trackWrite(pods, "status", stored.DeepCopy(), next.DeepCopy(), "kubelet")
+	for _, bc := range []struct {
+		name string
+		pod  *corev1.Pod
+	}{{"small", pod}, {"daemon", daemonPod()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			stored := s.trackWrite(pods, "", &corev1.Pod{}, bc.pod, "creator").(*corev1.Pod)
+			next := stored.DeepCopy()
+			runningStatus(next)
+			b.ReportAllocs()
+			for b.Loop() {
+				s.trackWrite(pods, "status", stored.DeepCopy(), next.DeepCopy(), "kubelet")
+			}
+		})
 	}
 }
