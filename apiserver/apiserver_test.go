@@ -444,3 +444,25 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("/metrics without a token: HTTP %d", resp.code)
 	}
 }
+
+// TestNodeCount follows the Nodes created and deleted, as the memory budget of `up` reads it.
+func TestNodeCount(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	nodes := e.Client.CoreV1().Nodes()
+	count := func(want int) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("NodeCount() == %d", want), func() (bool, error) {
+			got := e.APIServer.NodeCount()
+			return got == want, fmt.Errorf("NodeCount() = %d", got)
+		})
+	}
+	count(0)
+	for _, name := range []string{"a", "b", "c"} {
+		_, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		check(t, err)
+	}
+	count(3)
+	check(t, nodes.Delete(ctx, "b", metav1.DeleteOptions{}))
+	count(2)
+}

@@ -501,6 +501,13 @@ func (c *cacher) waitFresh(ctx context.Context) error {
 	return c.waitForRV(ctx, rev, waitForRVTimeout)
 }
 
+// len is how many objects the cache holds.
+func (c *cacher) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.objects)
+}
+
 // get returns the cached version of key.
 func (c *cacher) get(key string) (*cachedObject, bool) {
 	c.mu.RLock()

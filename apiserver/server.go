@@ -264,6 +264,16 @@ func (s *Server) ensureCache(ctx context.Context, r *resource) error {
 	return nil
 }
 
+// NodeCount is how many Nodes the server's watch cache holds. It is cheap enough to read
+// several times a second (the memory budget of `up` follows it).
+func (s *Server) NodeCount() int {
+	res := s.reg.lookupGroupResource(nodesResource)
+	if res == nil || res.cache == nil {
+		return 0
+	}
+	return res.cache.len()
+}
+
 // UI returns the browser view, or nil when it is off.
 func (s *Server) UI() *ui.Handler { return s.ui }
 

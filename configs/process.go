@@ -22,9 +22,10 @@ type Process struct {
 // for a handful of nodes stays well below it and gets the fastest collector; one for a
 // thousand nodes is held to it (1,000 nodes: a peak resident set of 292 MiB, the goal of
 // issue 13 being 300); a larger one has a live heap above half of it, and its peak resident
-// set stays near twice what it really holds. Raise it to buy speed with memory. A stub
-// fleet has it too: with its heartbeat workers sized to the fleet, a 10,000-node fleet kept
-// every Lease on time at a budget of this size (docs/performance.md).
+// set stays near twice what it really holds. Raise it to buy speed with memory; `up` raises
+// it with the number of Nodes (Up.MemoryBudgetPerNode). A stub fleet has it too: with its
+// heartbeat workers sized to the fleet, a 10,000-node fleet kept every Lease on time at a
+// budget of this size (docs/performance.md).
 const DefaultMemoryBudget = "208Mi"
 
 // DefaultProcess returns the defaults.
@@ -32,22 +33,28 @@ func DefaultProcess() Process { return Process{MemoryBudget: DefaultMemoryBudget
 
 // MemoryBudgetBytes is MemoryBudget in bytes; 0 when it is 0 or does not parse (Validate
 // reports that).
-func (c Process) MemoryBudgetBytes() int64 {
-	q, err := resource.ParseQuantity(c.MemoryBudget)
+func (c Process) MemoryBudgetBytes() int64 { return quantityBytes(c.MemoryBudget) }
+
+// Validate reports the first problem with c.
+func (c Process) Validate() error { return validateQuantity("memory-budget", c.MemoryBudget) }
+
+// quantityBytes is the quantity v in bytes; 0 when it does not parse.
+func quantityBytes(v string) int64 {
+	q, err := resource.ParseQuantity(v)
 	if err != nil {
 		return 0
 	}
 	return q.Value()
 }
 
-// Validate reports the first problem with c.
-func (c Process) Validate() error {
-	q, err := resource.ParseQuantity(c.MemoryBudget)
+// validateQuantity reports v, the value of key, unless it is a quantity of bytes of at least 0.
+func validateQuantity(key, v string) error {
+	q, err := resource.ParseQuantity(v)
 	switch {
 	case err != nil:
-		return invalidf("memory-budget", "%q is not a quantity such as 512Mi or 2Gi", c.MemoryBudget)
+		return invalidf(key, "%q is not a quantity such as 512Mi or 2Gi", v)
 	case q.Sign() < 0:
-		return invalid("memory-budget", "must not be negative")
+		return invalid(key, "must not be negative")
 	}
 	return nil
 }

@@ -29,14 +29,14 @@ func (p *processBinding) start(ctx context.Context) error {
 	if err := loadConfig(p.b, &p.cfg, configs.Process.Validate); err != nil {
 		return err
 	}
-	startBudget(ctx, p.cfg)
+	startBudget(ctx, p.cfg, nil)
 	return nil
 }
 
 // startBudget tunes the collector to cfg's budget until ctx ends, unless GOGC or GOMEMLIMIT
-// is set in the environment.
-func startBudget(ctx context.Context, cfg configs.Process) {
+// is set in the environment. atLeast, when not nil, lets the budget grow (gcbudget.Options).
+func startBudget(ctx context.Context, cfg configs.Process, atLeast func() uint64) {
 	if !gcbudget.EnvOverrides() {
-		go gcbudget.Run(ctx, uint64(cfg.MemoryBudgetBytes()), gcbudget.Options{})
+		go gcbudget.Run(ctx, uint64(cfg.MemoryBudgetBytes()), gcbudget.Options{AtLeast: atLeast})
 	}
 }

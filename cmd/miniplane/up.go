@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
+	"github.com/miniplane/miniplane/apiserver"
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/internal/controlplane"
 )
@@ -38,12 +40,22 @@ controller-manager:, scheduler:, apiserver: and kubeletstub: (see configs/minipl
 			if err := b.Check(cfg.Validate()); err != nil {
 				return err
 			}
-			startBudget(cmd.Context(), cfg.Process)
+			// The budget grows with the Nodes the API server holds, up's own and any fleet's
+			// elsewhere; until the server has started, with up's own.
+			var srv atomic.Pointer[apiserver.Server]
+			perNode, ownNodes := uint64(cfg.MemoryBudgetPerNodeBytes()), uint64(len(cfg.KubeletStub.NodeNames()))
+			startBudget(cmd.Context(), cfg.Process, func() uint64 {
+				if s := srv.Load(); s != nil {
+					return perNode * uint64(s.NodeCount())
+				}
+				return perNode * ownNodes
+			})
 			slog.Info("starting miniplane", "dataDir", cfg.DataDir, "listen", cfg.Listen, "nodes", cfg.KubeletStub.NodeNames())
 			cp, err := controlplane.Start(cmd.Context(), controlplane.FromUp(cfg, logging))
 			if err != nil {
 				return err
 			}
+			srv.Store(cp.APIServer)
 			defer cp.Stop()
 			printUsage(cmd, cp, cfg)
 			select {

@@ -90,10 +90,14 @@ type Options struct {
 	Set func(Setting)
 	// Logger receives a debug line when the setting changes; nil means slog.Default().
 	Logger *slog.Logger
+	// AtLeast, when set, lets the budget grow with what the process holds: at every
+	// reading the budget is the larger of Run's budget and AtLeast(). It is read as often
+	// as the heap, so it must be cheap.
+	AtLeast func() uint64
 }
 
 // Run keeps the collector at Tune(live heap, other memory, budget) until ctx ends. A budget
-// of 0 sets MaxPercent once and returns.
+// of 0 sets MaxPercent once and returns, whatever opts.AtLeast says: 0 asks for no limit.
 func Run(ctx context.Context, budget uint64, opts Options) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -109,10 +113,14 @@ func Run(ctx context.Context, budget uint64, opts Options) {
 	}
 	current := Setting{Percent: -1}
 	tune := func() {
+		b := budget
+		if b != 0 && opts.AtLeast != nil {
+			b = max(b, opts.AtLeast())
+		}
 		live, other := opts.Read()
-		if s := Tune(live, other, budget); s != current {
+		if s := Tune(live, other, b); s != current {
 			opts.Set(s)
-			opts.Logger.Debug("garbage collector tuned", "gcPercent", s.Percent, "limitBytes", s.Limit, "budgetBytes", budget)
+			opts.Logger.Debug("garbage collector tuned", "gcPercent", s.Percent, "limitBytes", s.Limit, "budgetBytes", b)
 			current = s
 		}
 	}

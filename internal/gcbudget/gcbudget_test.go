@@ -62,60 +62,110 @@ func TestTune(t *testing.T) {
 	}
 }
 
+// runner runs Run on a fake clock with a live heap and a floor the test sets, and records
+// every setting Run applies.
+type runner struct {
+	t       *testing.T
+	clk     *testingclock.FakeClock
+	live    atomic.Uint64
+	atLeast atomic.Uint64
+	mu      sync.Mutex
+	set     []Setting
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+const mi = 1 << 20
+
+func startRunner(t *testing.T, budget uint64, growing bool) *runner {
+	r := &runner{t: t, clk: testingclock.NewFakeClock(time.Unix(0, 0)), done: make(chan struct{})}
+	r.live.Store(10 * mi)
+	opts := Options{Clock: r.clk,
+		Read: func() (uint64, uint64) { return r.live.Load(), 0 },
+		Set: func(s Setting) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.set = append(r.set, s)
+		}}
+	if growing {
+		opts.AtLeast = r.atLeast.Load
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() {
+		defer close(r.done)
+		Run(ctx, budget, opts)
+	}()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *runner) settings() []Setting {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Setting(nil), r.set...)
+}
+
+// step sets the live heap and the floor, lets one tick pass and checks every setting so far.
+func (r *runner) step(heap, atLeast uint64, want []Setting) {
+	r.t.Helper()
+	r.live.Store(heap)
+	r.atLeast.Store(atLeast)
+	deadline := time.Now().Add(10 * time.Second)
+	for !r.clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			r.t.Fatal("Run is not waiting on its ticker")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.clk.Step(Interval)
+	for len(r.settings()) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := r.settings(); !slices.Equal(got, want) {
+		r.t.Fatalf("after a live heap of %d MiB and a floor of %d MiB: settings %v, want %v", heap/mi, atLeast/mi, got, want)
+	}
+}
+
+func (r *runner) stop() {
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("Run did not return after its context ended")
+	}
+}
+
 // TestRunFollowsLiveHeap: the setting follows the memory read on each tick, is applied only
 // when it changes, and Run stops with its context.
 func TestRunFollowsLiveHeap(t *testing.T) {
-	const mi = 1 << 20
-	clk := testingclock.NewFakeClock(time.Unix(0, 0))
-	var live atomic.Uint64
-	live.Store(10 * mi)
-	var mu sync.Mutex
-	var set []Setting
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Run(ctx, 256*mi, Options{Clock: clk,
-			Read: func() (uint64, uint64) { return live.Load(), 0 },
-			Set: func(s Setting) {
-				mu.Lock()
-				defer mu.Unlock()
-				set = append(set, s)
-			}})
-	}()
-	settings := func() []Setting {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]Setting(nil), set...)
-	}
-	step := func(heap uint64, want []Setting) {
-		t.Helper()
-		live.Store(heap)
-		deadline := time.Now().Add(10 * time.Second)
-		for !clk.HasWaiters() {
-			if time.Now().After(deadline) {
-				t.Fatal("Run is not waiting on its ticker")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		clk.Step(Interval)
-		for len(settings()) < len(want) && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if got := settings(); !slices.Equal(got, want) {
-			t.Fatalf("after a live heap of %d MiB: settings %v, want %v", heap/mi, got, want)
-		}
-	}
+	r := startRunner(t, 256*mi, false)
 	lazy := Setting{MaxPercent, 256 * mi}
 	untuned := Setting{MinPercent, NoLimit}
-	step(10*mi, []Setting{lazy})                           // unchanged: not set again
-	step(200*mi, []Setting{lazy, untuned})                 // outgrew the budget
-	step(64*mi, []Setting{lazy, untuned, {300, 256 * mi}}) // (256-64)/64
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after its context ended")
+	r.step(10*mi, 0, []Setting{lazy})                           // unchanged: not set again
+	r.step(200*mi, 0, []Setting{lazy, untuned})                 // outgrew the budget
+	r.step(64*mi, 0, []Setting{lazy, untuned, {300, 256 * mi}}) // (256-64)/64
+	r.stop()
+}
+
+// TestRunBudgetGrows: with AtLeast the budget is the larger of the two at every tick, so a
+// heap that outgrew the fixed budget is held to the grown one, and a floor below the fixed
+// budget changes nothing.
+func TestRunBudgetGrows(t *testing.T) {
+	r := startRunner(t, 256*mi, true)
+	r.step(10*mi, 100*mi, []Setting{{MaxPercent, 256 * mi}})
+	r.step(200*mi, 100*mi, []Setting{{MaxPercent, 256 * mi}, {MinPercent, NoLimit}})
+	r.step(200*mi, 800*mi, []Setting{{MaxPercent, 256 * mi}, {MinPercent, NoLimit}, {300, 800 * mi}}) // (800-200)/200
+	r.step(200*mi, 0, []Setting{{MaxPercent, 256 * mi}, {MinPercent, NoLimit}, {300, 800 * mi}, {MinPercent, NoLimit}})
+}
+
+// TestRunWithoutBudgetIgnoresFloor: a budget of 0 means no limit, whatever AtLeast says.
+func TestRunWithoutBudgetIgnoresFloor(t *testing.T) {
+	var set []Setting
+	Run(context.Background(), 0, Options{Read: func() (uint64, uint64) { return 1 << 30, 0 },
+		Set: func(s Setting) { set = append(set, s) }, AtLeast: func() uint64 { return 4 << 30 }})
+	if want := []Setting{{MaxPercent, NoLimit}}; !slices.Equal(set, want) {
+		t.Errorf("settings %v, want %v", set, want)
 	}
 }
 

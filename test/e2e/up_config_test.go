@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/miniplane/miniplane/internal/gcbudget"
 	"github.com/miniplane/miniplane/internal/poll"
 )
 
@@ -185,4 +186,33 @@ func expectLegacyPlacement(t *testing.T, client kubernetes.Interface) {
 		}
 		return false, fmt.Errorf("%d FailedPlacement events, none for stub-node-1", len(events.Items))
 	})
+}
+
+// TestUpMemoryBudgetFollowsNodes: the budget of `up --nodes 0` starts flat and grows by
+// --memory-budget-per-node for every Node registered, by whatever client, as the collector's
+// debug log shows.
+func TestUpMemoryBudgetFollowsNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the miniplane binary")
+	}
+	if gcbudget.EnvOverrides() {
+		t.Skip("GOGC or GOMEMLIMIT is set: up would not tune its collector")
+	}
+	bin := ksBuild(t, t.TempDir())
+	client, out := startUp(t, bin, nil, "--nodes", "0", "--log-level", "debug", "--memory-budget-per-node", "300Mi")
+	budget := func(bytes int64) {
+		t.Helper()
+		want := fmt.Sprintf("budgetBytes=%d", bytes)
+		poll.UntilErr(t, ksTimeout, "the collector to be tuned to "+want, func() (bool, error) {
+			return strings.Contains(out.String(), want), fmt.Errorf("no %q in the log", want)
+		})
+	}
+	budget(208 << 20) // no Node yet: the flat budget
+	for i, name := range []string{"budget-node-a", "budget-node-b"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		budget(int64(i+1) * 300 << 20)
+	}
 }
