@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
@@ -186,15 +187,18 @@ func runningStatus(p *corev1.Pod) {
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}}
 }
 
+// fieldsOnlyServer is a Server with nothing but the field managers of the built-in kinds,
+// for benchmarks of trackWrite.
+func fieldsOnlyServer(b *testing.B) (*Server, *registry) {
+	reg := builtinRegistry(b)
+	return &Server{fields: newFieldManagers(reg, newOpenAPIDocs(reg))}, reg
+}
+
 // BenchmarkTrackWritePodStatus is the managed-fields bookkeeping of a kubelet's pod status
 // update, the API server's most frequent write in a rollout: of a small pod, and of a pod as
 // a DaemonSet's are.
 func BenchmarkTrackWritePodStatus(b *testing.B) {
-	reg, err := newBuiltinRegistry(builtinDeps{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := &Server{fields: newFieldManagers(reg, newOpenAPIDocs(reg))}
+	s, reg := fieldsOnlyServer(b)
 	pods := reg.lookup("", "v1", "pods")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", Labels: map[string]string{"app": "a"}},
@@ -214,5 +218,34 @@ func BenchmarkTrackWritePodStatus(b *testing.B) {
 				s.trackWrite(pods, "status", stored.DeepCopy(), next.DeepCopy(), "kubelet")
 			}
 		})
+	}
+}
+
+// BenchmarkTrackWriteLeaseRenewal is the managed-fields bookkeeping of a node's Lease
+// renewal, the write a cluster makes most when nothing else happens (one per node every
+// 10 s): only renewTime changes, and the managed fields carry over each time. Set beside
+// the same bookkeeping in a running server's profile, it shows how much slower code runs
+// there than in a loop (docs/performance.md, "Seventeenth round").
+func BenchmarkTrackWriteLeaseRenewal(b *testing.B) {
+	s, reg := fieldsOnlyServer(b)
+	leases := reg.lookup("coordination.k8s.io", "v1", "leases")
+	holder, seconds := "node-1", int32(40)
+	renewed := metav1.NewMicroTime(time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC))
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: holder, Namespace: "kube-node-lease",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: holder, UID: "8f0c"}}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, RenewTime: &renewed},
+	}
+	stored := s.trackWrite(leases, "", &coordinationv1.Lease{}, lease, "kubelet").(*coordinationv1.Lease)
+	b.ReportAllocs()
+	for b.Loop() {
+		next := stored.DeepCopy()
+		next.ManagedFields = nil // as the stub fleet sends it
+		later := metav1.NewMicroTime(next.Spec.RenewTime.Add(10 * time.Second))
+		next.Spec.RenewTime = &later
+		stored = s.trackWrite(leases, "", stored.DeepCopy(), next, "kubelet").(*coordinationv1.Lease)
+	}
+	if len(stored.ManagedFields) != 1 || stored.ManagedFields[0].Manager != "kubelet" {
+		b.Fatalf("managed fields after the renewals: %+v", stored.ManagedFields)
 	}
 }
