@@ -47,6 +47,9 @@ var (
 	// The API server's CPU profile cannot be stopped early (net/http/pprof profiles for a
 	// number of seconds), so BenchmarkProcessRollout takes it over a fixed window.
 	flagCPUWindow = flag.Duration("bench.cpuprofile-window", 30*time.Second, "how long BenchmarkProcessRollout profiles `miniplane up` from the DaemonSet's creation when -bench.cpuprofile is set")
+	// Every node renews its Lease every 10 s whatever else happens, so a window of that
+	// length sees each renewal once.
+	flagIdleWindow = flag.Duration("bench.idle-window", 10*time.Second, "how long BenchmarkProcessRollout measures the CPU of the cluster standing still (every node Ready, no DaemonSet: the nodes' heartbeats) before it creates the DaemonSet; 0 skips it")
 )
 
 // processResult is one fleet size's figures of BenchmarkProcessRollout.
@@ -62,6 +65,9 @@ type processResult struct {
 	notReady int
 	// up and fleet are the two processes' figures over the whole run.
 	up, fleet procStats
+	// upIdle and fleetIdle are the cores each process used while the cluster stood still:
+	// the floor under both phases (docs/performance.md, "Seventeenth round").
+	upIdle, fleetIdle float64
 	// load is the 1-minute load average at the start and at the end of the run.
 	loadStart, loadEnd float64
 }
@@ -99,6 +105,9 @@ func BenchmarkProcessRollout(b *testing.B) {
 				b.ReportMetric(float64(last.fleet.peakRSS)/1024/float64(n), "fleet-peak-KiB/node")
 			}
 			b.ReportMetric(last.etcdWrites, "etcd-puts/s")
+			if *flagIdleWindow > 0 {
+				b.ReportMetric(last.upIdle, "up-idle-cores")
+			}
 			results = append(results, last)
 		})
 	}
@@ -149,6 +158,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	}
 	waitNodesReady(b, c, n, cmp.Or(fleet, up))
 	res.registered = time.Since(started)
+	res.upIdle, res.fleetIdle = idleCores(b, *flagIdleWindow, up, fleet)
 
 	ctx := context.Background()
 	pods, stopWatch := watchPods(b, c, "bench", n)
@@ -309,6 +319,20 @@ func (p *process) cpu(b *testing.B) time.Duration {
 		return 0
 	}
 	return childCPU(b, p.Process.Pid)
+}
+
+// idleCores is the CPU each process uses over window, in cores; zeros for a zero window.
+func idleCores(b *testing.B, window time.Duration, up, fleet *process) (upCores, fleetCores float64) {
+	b.Helper()
+	if window <= 0 {
+		return 0, 0
+	}
+	up0, fleet0, start := up.cpu(b), fleet.cpu(b), time.Now()
+	time.Sleep(window)
+	up.failIfExited(b)
+	fleet.failIfExited(b)
+	elapsed := time.Since(start).Seconds()
+	return (up.cpu(b) - up0).Seconds() / elapsed, (fleet.cpu(b) - fleet0).Seconds() / elapsed
 }
 
 // failIfExited ends the benchmark when the process has exited, with how it did: a
@@ -487,20 +511,25 @@ func printProcessTable(w io.Writer, results []processResult) {
 		processes = "`miniplane up --nodes N`, one process (registered: from up's start)"
 	}
 	fmt.Fprintf(w, "\nDaemonSet rollout, %s (etcd fsync on) %s\n", processes, *flagUpArgs)
-	fmt.Fprintf(w, "%7s %12s %11s %12s %9s %9s %11s %11s %10s %10s %11s %10s %10s %13s %9s %9s\n",
-		"nodes", "etcd puts/s", "registered", "all created", "pods/s", "ready", "rolling 10%",
+	fmt.Fprintf(w, "%7s %12s %11s %11s %12s %9s %9s %11s %11s %10s %10s %11s %10s %10s %13s %9s %9s\n",
+		"nodes", "etcd puts/s", "registered", "idle cores", "all created", "pods/s", "ready", "rolling 10%",
 		"up peak MiB", "up cpu-s", "(ready/rol)", "fleet MiB", "KiB/node", "fleet cpu-s", "(ready/rol)", "NotReady", "load")
 	for _, r := range results {
 		// In one process there is no fleet of its own to report.
 		fleetMiB, fleetPerNode, fleetCPU, fleetPhases := "-", "-", "-", "-"
+		idle := fmt.Sprintf("%.2f", r.upIdle)
 		if r.fleet.peakRSS > 0 {
 			fleetMiB = fmt.Sprintf("%.0f", float64(r.fleet.peakRSS)/(1<<20))
 			fleetPerNode = fmt.Sprintf("%.1f", float64(r.fleet.peakRSS)/1024/float64(r.nodes))
 			fleetCPU = fmt.Sprintf("%.1f", r.fleet.cpu.Seconds())
 			fleetPhases = fmt.Sprintf("%.1f/%.1f", r.fleet.readyCPU.Seconds(), r.fleet.rollingCPU.Seconds())
+			idle = fmt.Sprintf("%.2f+%.2f", r.upIdle, r.fleetIdle)
 		}
-		fmt.Fprintf(w, "%7d %12.0f %11s %12s %9.0f %9s %11s %11.0f %10.1f %10s %11s %10s %10s %13s %9d %9s\n",
-			r.nodes, r.etcdWrites, fmtDur(r.registered), fmtDur(r.allCreated), float64(r.nodes)/r.allCreated.Seconds(),
+		if *flagIdleWindow <= 0 {
+			idle = "-"
+		}
+		fmt.Fprintf(w, "%7d %12.0f %11s %11s %12s %9.0f %9s %11s %11.0f %10.1f %10s %11s %10s %10s %13s %9d %9s\n",
+			r.nodes, r.etcdWrites, fmtDur(r.registered), idle, fmtDur(r.allCreated), float64(r.nodes)/r.allCreated.Seconds(),
 			fmtDur(r.ready), fmtDur(r.rollingUpdate),
 			float64(r.up.peakRSS)/(1<<20), r.up.cpu.Seconds(), fmt.Sprintf("%.1f/%.1f", r.up.readyCPU.Seconds(), r.up.rollingCPU.Seconds()),
 			fleetMiB, fleetPerNode, fleetCPU, fleetPhases, r.notReady,
