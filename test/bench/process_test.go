@@ -70,6 +70,9 @@ type processResult struct {
 	upIdle, fleetIdle float64
 	// load is the 1-minute load average at the start and at the end of the run.
 	loadStart, loadEnd float64
+	// readyLatency is the API server's request histogram when the DaemonSet was created and
+	// when its pods were all ready.
+	readyLatency struct{ before, after latencyTotals }
 }
 
 // procStats is what /proc tells of one process.
@@ -108,10 +111,13 @@ func BenchmarkProcessRollout(b *testing.B) {
 			if *flagIdleWindow > 0 {
 				b.ReportMetric(last.upIdle, "up-idle-cores")
 			}
+			createMean, _ := last.readyLatency.after.meanSince(last.readyLatency.before, latencyKinds[0])
+			b.ReportMetric(float64(createMean)/float64(time.Millisecond), "create-ms")
 			results = append(results, last)
 		})
 	}
 	printProcessTable(os.Stdout, results)
+	printLatencyTable(os.Stdout, results)
 }
 
 // fleetSizes parses a comma-separated list of fleet sizes.
@@ -165,6 +171,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 	defer stopWatch()
 	ds := newDaemonSet("bench")
 	b.StartTimer()
+	res.readyLatency.before = readLatencyTotals(b, c)
 	up0, fleet0 := up.cpu(b), fleet.cpu(b)
 	profiled := startRemoteCPUProfile(b, c, n)
 	defer profiled()
@@ -178,6 +185,7 @@ func runProcessRollout(b *testing.B, bin string, n int) processResult {
 		})
 	res.ready = time.Since(created)
 	up1, fleet1 := up.cpu(b), fleet.cpu(b)
+	res.readyLatency.after = readLatencyTotals(b, c)
 	if *flagMemProfile != "" {
 		// What is live at the busiest moment, when the resident set peaks, rather than what
 		// stays once the work is done; taken after the CPU reading, so it is not counted.
