@@ -240,13 +240,15 @@ func TestWatchExpired(t *testing.T) {
 		t.Fatalf("watch from an evicted resourceVersion: %v", err)
 	}
 
-	eventually(t, "compaction to reach the old revision", func() (bool, error) {
-		_, err := pods.List(ctx, metav1.ListOptions{ResourceVersion: old, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+	// The continue token holds the first page's revision, which is old or newer: a compaction
+	// may land between the two, so wait for the newer one to be compacted away.
+	eventually(t, "compaction to pass the first page's revision", func() (bool, error) {
+		_, err := pods.List(ctx, metav1.ListOptions{Limit: 1, Continue: page.Continue})
 		return apierrors.IsResourceExpired(err), err
 	})
-	_, err = pods.List(ctx, metav1.ListOptions{ResourceVersion: old, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
-	expectStatus(t, err, 410, metav1.StatusReasonExpired)
 	_, err = pods.List(ctx, metav1.ListOptions{Limit: 1, Continue: page.Continue})
+	expectStatus(t, err, 410, metav1.StatusReasonExpired)
+	_, err = pods.List(ctx, metav1.ListOptions{ResourceVersion: old, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 	expectStatus(t, err, 410, metav1.StatusReasonExpired)
 
 	// A watch from a recent version still works.
