@@ -95,7 +95,7 @@ func printLatencyTable(w io.Writer, results []processResult) {
 	if len(results) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "Mean server latency over the ready phase (%s; requests in brackets)\n", requestLatencyFamily)
+	fmt.Fprintf(w, "Mean server latency over the ready phase (%s; requests in parentheses)\n", requestLatencyFamily)
 	fmt.Fprintf(w, "%7s", "nodes")
 	for _, k := range latencyKinds {
 		fmt.Fprintf(w, " %22s", k.title)
