@@ -119,8 +119,9 @@ func cpEventually(t *testing.T, timeout time.Duration, what string, cond func() 
 	}
 }
 
-// cpAdminClient is a JSON client for the admin user: generated clients default to protobuf,
-// which miniplane's API server does not speak.
+// cpAdminClient is a client for the admin user that speaks JSON, as kubectl does: generated
+// clients prefer protobuf, which the in-process components use, so these tests keep the JSON
+// path covered too.
 func cpAdminClient(t *testing.T, env *testenv.Env) kubernetes.Interface {
 	t.Helper()
 	rc := rest.CopyConfig(env.AdminConfig)
@@ -195,16 +196,25 @@ func TestUnschedulablePodReportsWhy(t *testing.T) {
 		}
 		return false, nil
 	})
-	p, err := client.CoreV1().Pods("default").Get(ctx, "huge", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cond *corev1.PodCondition
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == corev1.PodScheduled {
-			cond = &p.Status.Conditions[i]
+	// The scheduler records the event before it writes the condition, as kube-scheduler
+	// does, and the event may be posted first: wait for the condition too.
+	var (
+		p    *corev1.Pod
+		cond *corev1.PodCondition
+	)
+	cpEventually(t, 30*time.Second, "the pod's PodScheduled condition", func() (bool, error) {
+		got, err := client.CoreV1().Pods("default").Get(ctx, "huge", metav1.GetOptions{})
+		if err != nil {
+			return false, err
 		}
-	}
+		p, cond = got, nil
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodScheduled {
+				cond = &p.Status.Conditions[i]
+			}
+		}
+		return cond != nil, nil
+	})
 	if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending || cond == nil ||
 		cond.Status != corev1.ConditionFalse || cond.Reason != "Unschedulable" || cond.Message != want {
 		t.Fatalf("pod nodeName=%q phase=%s PodScheduled=%+v", p.Spec.NodeName, p.Status.Phase, cond)
