@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -278,8 +280,83 @@ func (s *Server) trackWrite(res *resource, subresource string, live, obj runtime
 	}
 	live.GetObjectKind().SetGroupVersionKind(res.gvk())
 	obj.GetObjectKind().SetGroupVersionKind(res.gvk())
+	if liveShown, objShown, ok := withoutResetField(res, subresource, live, obj); ok {
+		defer conv.trustStored(liveShown)()
+		out := fm.UpdateNoErrors(liveShown, objShown, manager)
+		if om, err := meta.Accessor(out); err == nil {
+			if m, err := meta.Accessor(obj); err == nil {
+				m.SetManagedFields(om.GetManagedFields())
+				return obj
+			}
+		}
+	}
 	defer conv.trustStored(live)()
 	return fm.UpdateNoErrors(live, obj, manager)
+}
+
+// The field manager compares the whole of the old and new object, also the half a write
+// cannot change: the spec under a status write, the status under a write to the object
+// itself. For a pod status write (the API server's most frequent write in a rollout) the
+// spec is most of the walk. What the comparison finds there cannot reach managedFields:
+// the reset filter (resetFields) drops those paths from the writer's set and from the
+// comparison other managers' sets are checked against, and the writer's own entry is
+// built from its changes alone (the library records an update as a "current-operation"
+// first), so a write that changed only the hidden half records nothing either way. Hence
+// the bookkeeping can be given shallow copies of both objects with that field left out.
+// Managers recorded in another API version are compared with a conversion the filter does
+// not cover; objects that have them keep the full walk.
+
+// withoutResetField returns shallow copies of live and obj with the top-level field the
+// write cannot change (Spec for a status write, Status otherwise) zeroed, or ok false when
+// that does not apply: custom resources, kinds without a status subresource, and objects
+// with managedFields of another API version.
+func withoutResetField(res *resource, subresource string, live, obj runtime.Object) (liveShown, objShown runtime.Object, ok bool) {
+	if res.custom != nil || res.subresource("status") == nil {
+		return nil, nil, false
+	}
+	field := "Status"
+	switch subresource {
+	case "status":
+		field = "Spec"
+	case "":
+	default:
+		return nil, nil, false
+	}
+	for _, o := range []runtime.Object{live, obj} {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			return nil, nil, false
+		}
+		for _, e := range m.GetManagedFields() {
+			if e.APIVersion != res.apiVersion() {
+				return nil, nil, false
+			}
+		}
+	}
+	liveShown, ok = shallowCopyWithout(live, field)
+	if !ok {
+		return nil, nil, false
+	}
+	objShown, ok = shallowCopyWithout(obj, field)
+	return liveShown, objShown, ok
+}
+
+// shallowCopyWithout copies the struct obj points to, with its field name zeroed; ok is
+// false when obj is not a pointer to a struct with that field.
+func shallowCopyWithout(obj runtime.Object, name string) (runtime.Object, bool) {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil, false
+	}
+	cp := reflect.New(v.Elem().Type())
+	cp.Elem().Set(v.Elem())
+	f := cp.Elem().FieldByName(name)
+	if !f.IsValid() {
+		return nil, false
+	}
+	f.SetZero()
+	out, ok := cp.Interface().(runtime.Object)
+	return out, ok
 }
 
 // fieldManager is the manager a request writes as: its fieldManager parameter, or the

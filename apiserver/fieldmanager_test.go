@@ -48,30 +48,64 @@ func TestTrackWriteTrustsBuiltinObjects(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i:1",
 			Ports: []corev1.ContainerPort{{ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
 	}
+	running := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
 	tests := []struct {
 		name, subresource, manager string
 		change                     func(p *corev1.Pod)
+		stored                     func(p *corev1.Pod) // changes the stored object first
 	}{
-		{"status by the kubelet", "status", "kubelet", func(p *corev1.Pod) {
-			p.Status.Phase = corev1.PodRunning
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		{name: "status by the kubelet", subresource: "status", manager: "kubelet", change: running},
+		// The half a write cannot change is left out of the comparison (withoutResetField):
+		// what the library records must not depend on it, also where it differs.
+		{name: "status and spec in a status write", subresource: "status", manager: "kubelet", change: func(p *corev1.Pod) {
+			running(p)
+			p.Spec.Containers[0].Image = "i:3"
+			p.Spec.NodeName = "n"
 		}},
-		{"labels by another manager", "", "kubectl", func(p *corev1.Pod) { p.Labels["tier"] = "web" }},
-		{"image by the first manager", "", "creator", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "i:2" }},
+		{name: "only spec in a status write, by the spec's manager", subresource: "status", manager: "creator", change: func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "i:3"
+		}},
+		{name: "status and labels in a write to the pod", manager: "kubectl", change: func(p *corev1.Pod) {
+			running(p)
+			p.Labels["tier"] = "web"
+		}},
+		{name: "only status in a write to the pod", manager: "kubectl", change: running},
+		{name: "status by a second status writer", subresource: "status", manager: "other", change: func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+		}, stored: func(p *corev1.Pod) {
+			running(p)
+			p.ManagedFields = s.trackWrite(pods, "status", p.DeepCopy(), p.DeepCopy(), "kubelet").(*corev1.Pod).ManagedFields
+		}},
+		// A manager recorded in another version keeps the full comparison.
+		{name: "a manager of another version", subresource: "status", manager: "kubelet", change: func(p *corev1.Pod) {
+			running(p)
+			p.Spec.Containers[0].Image = "i:3"
+		}, stored: func(p *corev1.Pod) { p.ManagedFields[0].APIVersion = "v1beta1" }},
+		{name: "labels by another manager", manager: "kubectl", change: func(p *corev1.Pod) { p.Labels["tier"] = "web" }},
+		{name: "image by the first manager", manager: "creator", change: func(p *corev1.Pod) { p.Spec.Containers[0].Image = "i:2" }},
 		// Allowed (with a warning) by validation; the field manager tolerates duplicates.
-		{"duplicate env names", "", "kubectl", func(p *corev1.Pod) {
+		{name: "duplicate env names", manager: "kubectl", change: func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "A", Value: "2"}}
 		}},
 		// A keyed list item without its key: the bookkeeping fails and the library's
-		// UpdateNoErrors resets the managed fields; so must trackWrite.
-		{"env item without its key", "", "kubectl", func(p *corev1.Pod) {
+		// UpdateNoErrors keeps the stored managed fields; so must trackWrite.
+		{name: "env item without its key", manager: "kubectl", change: func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Value: "nameless"}}
+		}},
+		{name: "status item without its key", subresource: "status", manager: "kubelet", change: func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Status: corev1.ConditionTrue}}
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// The stored object, with managed fields from its creation.
 			stored := s.trackWrite(pods, "", &corev1.Pod{}, created.DeepCopy(), "creator").(*corev1.Pod)
+			if tc.stored != nil {
+				tc.stored(stored)
+			}
 			next := stored.DeepCopy()
 			tc.change(next)
 
@@ -247,5 +281,62 @@ func BenchmarkTrackWriteLeaseRenewal(b *testing.B) {
 	}
 	if len(stored.ManagedFields) != 1 || stored.ManagedFields[0].Manager != "kubelet" {
 		b.Fatalf("managed fields after the renewals: %+v", stored.ManagedFields)
+	}
+}
+
+// TestWithoutResetField: which writes leave which half out of the bookkeeping, and that the
+// objects a request carries are not changed by it.
+func TestWithoutResetField(t *testing.T) {
+	reg := builtinRegistry(t)
+	pods, leases := reg.lookup("", "v1", "pods"), reg.lookup("coordination.k8s.io", "v1", "leases")
+	pod := func(version string) *corev1.Pod {
+		p := daemonPod()
+		runningStatus(p)
+		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "creator", APIVersion: version}}
+		return p
+	}
+	tests := []struct {
+		name        string
+		res         *resource
+		subresource string
+		obj         func() runtime.Object
+		hidden      string // "" when the full objects must be compared
+	}{
+		{"pod status write", pods, "status", func() runtime.Object { return pod("v1") }, "Spec"},
+		{"pod write", pods, "", func() runtime.Object { return pod("v1") }, "Status"},
+		{"pod with a manager of another version", pods, "status", func() runtime.Object { return pod("v2") }, ""},
+		{"pod binding", pods, "binding", func() runtime.Object { return pod("v1") }, ""},
+		{"kind without status", leases, "", func() runtime.Object { return &coordinationv1.Lease{} }, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			live, obj := tc.obj(), tc.obj()
+			liveShown, objShown, ok := withoutResetField(tc.res, tc.subresource, live, obj)
+			if ok != (tc.hidden != "") {
+				t.Fatalf("ok = %v, want %v", ok, tc.hidden != "")
+			}
+			if !apiequality.Semantic.DeepEqual(live, tc.obj()) || !apiequality.Semantic.DeepEqual(obj, tc.obj()) {
+				t.Error("the objects passed in were changed")
+			}
+			if !ok {
+				return
+			}
+			for _, shown := range []runtime.Object{liveShown, objShown} {
+				p := shown.(*corev1.Pod)
+				switch tc.hidden {
+				case "Spec":
+					if !apiequality.Semantic.DeepEqual(p.Spec, corev1.PodSpec{}) || p.Status.Phase != corev1.PodRunning {
+						t.Errorf("status write: spec %+v, phase %q; want the spec left out, the status kept", p.Spec, p.Status.Phase)
+					}
+				case "Status":
+					if !apiequality.Semantic.DeepEqual(p.Status, corev1.PodStatus{}) || p.Spec.NodeName == "" {
+						t.Errorf("write: status %+v, node %q; want the status left out, the spec kept", p.Status, p.Spec.NodeName)
+					}
+				}
+				if p.Name != "agent-x7k2p" || len(p.ManagedFields) != 1 {
+					t.Errorf("metadata not kept: %+v", p.ObjectMeta)
+				}
+			}
+		})
 	}
 }
