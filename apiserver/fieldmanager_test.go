@@ -76,8 +76,12 @@ func TestTrackWriteTrustsBuiltinObjects(t *testing.T) {
 		{name: "status by a second status writer", subresource: "status", manager: "other", change: func(p *corev1.Pod) {
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
 		}, stored: func(p *corev1.Pod) {
+			before := p.DeepCopy()
 			running(p)
-			p.ManagedFields = s.trackWrite(pods, "status", p.DeepCopy(), p.DeepCopy(), "kubelet").(*corev1.Pod).ManagedFields
+			p.ManagedFields = s.trackWrite(pods, "status", before, p.DeepCopy(), "kubelet").(*corev1.Pod).ManagedFields
+			if len(p.ManagedFields) != 2 {
+				t.Fatalf("the kubelet's status write left %d managedFields entries; want the creator's and the kubelet's", len(p.ManagedFields))
+			}
 		}},
 		// A manager recorded in another version keeps the full comparison.
 		{name: "a manager of another version", subresource: "status", manager: "kubelet", change: func(p *corev1.Pod) {
