@@ -185,7 +185,11 @@ func (c *Controller) nodesToDaemonPods(ctx context.Context, s *syncState, includ
 	if !includeDeletedTerminal {
 		defer func() { s.nodeToPods = out }()
 	}
-	for _, pod := range pods {
+	// Most nodes hold one pod: their slices are windows of one capacity into a single
+	// array, so the map costs one allocation for the pods rather than one per node. A node
+	// with a second pod gets a slice of its own from append.
+	one := make([]*corev1.Pod, len(pods))
+	for i, pod := range pods {
 		if !includeDeletedTerminal && isTerminalAndDeleted(pod) {
 			continue
 		}
@@ -193,7 +197,12 @@ func (c *Controller) nodesToDaemonPods(ctx context.Context, s *syncState, includ
 		if !ok {
 			continue
 		}
-		out[node] = append(out[node], pod)
+		if have, ok := out[node]; ok {
+			out[node] = append(have, pod)
+			continue
+		}
+		one[i] = pod
+		out[node] = one[i : i+1 : i+1]
 	}
 	return out, nil
 }
@@ -301,6 +310,11 @@ func (c *Controller) podsToKeepOnNode(s *syncState, node *corev1.Node, d decisio
 // backoff; waiting reports that one is held back, and the DaemonSet is then requeued for
 // when the backoff ends.
 func (c *Controller) sortOutTerminalPods(s *syncState, node *corev1.Node, pods []*corev1.Pod) (running []*corev1.Pod, podsToDelete []string, waiting bool) {
+	if allRunning(pods) {
+		// The common case, once per node per sync: hand back the node's own slice rather
+		// than a copy of it (callers only sort it in place, which nodesToDaemonPods allows).
+		return pods, nil, false
+	}
 	ds := s.ds
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil {
@@ -334,6 +348,16 @@ func (c *Controller) sortOutTerminalPods(s *syncState, node *corev1.Node, pods [
 		}
 	}
 	return running, podsToDelete, waiting
+}
+
+// allRunning reports whether none of pods is being deleted or has ended.
+func allRunning(pods []*corev1.Pod) bool {
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+			return false
+		}
+	}
+	return true
 }
 
 // surplusPods returns every running pod but the oldest (docs/daemonset-controller.md#pod-order).

@@ -3,7 +3,9 @@ package daemonset
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -700,5 +702,73 @@ func TestManageSurgeRespectsFailedPodBackoff(t *testing.T) {
 	f.clock.Step(400 * time.Millisecond)
 	if deleted, created := sync(); !reflect.DeepEqual(deleted, []string{failed.Name}) || created != 1 {
 		t.Fatalf("after the backoff: deleted %v, created %d; want it deleted and replaced once", deleted, created)
+	}
+}
+
+// TestNodesToDaemonPodsGroupsByNode checks the grouping every step of a sync reads, and that
+// the nodes' slices, which share one array while a node has one pod, stay apart when a
+// caller sorts them or appends to them.
+func TestNodesToDaemonPodsGroupsByNode(t *testing.T) {
+	ds := newDS("web")
+	hash := hashOf(ds)
+	a1 := newDaemonPodFor(ds, "a", hash)
+	a2 := newDaemonPodFor(ds, "a", hash)
+	gone := newDaemonPodFor(ds, "d", hash, phase(corev1.PodSucceeded), terminating)
+	pending := newDaemonPodFor(ds, "", hash, unbound("e"))
+	nowhere := newDaemonPodFor(ds, "", hash)
+	objs := []runtime.Object{ds, a1, a2, gone, pending, nowhere}
+	base := map[string][]string{"a": {a1.Name, a2.Name}, "e": {pending.Name}}
+	// Enough nodes of one pod each that, in any order the index returns them, most windows
+	// into the shared array have a neighbour right after them.
+	for i := range 12 {
+		node := fmt.Sprintf("n%02d", i)
+		p := newDaemonPodFor(ds, node, hash)
+		objs = append(objs, p)
+		base[node] = []string{p.Name}
+	}
+	withGone := maps.Clone(base)
+	withGone["d"] = []string{gone.Name}
+
+	tests := []struct {
+		name           string
+		includeDeleted bool
+		want           map[string][]string
+	}{
+		{"without deleted terminal pods", false, base},
+		{"with deleted terminal pods", true, withGone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, objs)
+			s := &syncState{ds: ds, key: "default/web", log: f.c.log}
+			got, err := f.c.nodesToDaemonPods(t.Context(), s, tt.includeDeleted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := func() map[string][]string {
+				out := map[string][]string{}
+				for node, pods := range got {
+					for _, p := range pods {
+						out[node] = append(out[node], p.Name)
+					}
+					slices.Sort(out[node])
+				}
+				return out
+			}
+			if have := names(); !reflect.DeepEqual(have, tt.want) {
+				t.Fatalf("grouping = %v, want %v", have, tt.want)
+			}
+			// A second pod for every node must not land in a neighbour's window.
+			extra := newDaemonPodFor(ds, "elsewhere", hash)
+			want := map[string][]string{}
+			for node, pods := range got {
+				sortPodsOldestFirst(pods)
+				got[node] = append(pods, extra)
+				want[node] = slices.Sorted(slices.Values(append(slices.Clone(tt.want[node]), extra.Name)))
+			}
+			if have := names(); !reflect.DeepEqual(have, want) {
+				t.Fatalf("after appending to every node = %v, want %v", have, want)
+			}
+		})
 	}
 }

@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -242,16 +243,26 @@ func isPodUpdated(pod *corev1.Pod, hash string) bool {
 // (docs/daemonset-controller.md#pod-order): bound before unbound, then older
 // creationTimestamp, then name. Despite upstream's name the phase plays no part.
 func sortPodsOldestFirst(pods []*corev1.Pod) {
-	sort.SliceStable(pods, func(i, j int) bool {
-		a, b := pods[i], pods[j]
-		if (a.Spec.NodeName != "") != (b.Spec.NodeName != "") {
-			return a.Spec.NodeName != ""
+	if len(pods) < 2 {
+		return
+	}
+	slices.SortStableFunc(pods, compareOldestFirst)
+}
+
+func compareOldestFirst(a, b *corev1.Pod) int {
+	if aBound, bBound := a.Spec.NodeName != "", b.Spec.NodeName != ""; aBound != bBound {
+		if aBound {
+			return -1
 		}
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		return 1
+	}
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		if a.CreationTimestamp.Before(&b.CreationTimestamp) {
+			return -1
 		}
-		return a.Name < b.Name
-	})
+		return 1
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 // surgeCount is maxSurge scaled (rounding up) against n; 0 unless the strategy is
