@@ -231,10 +231,12 @@ func (r *resource) listKind() string { return r.kind + "List" }
 // key is the etcd key of an object: <prefix>/<resource>/<namespace>/<name>, or without
 // the namespace for cluster-scoped resources.
 func (r *resource) key(prefix, namespace, name string) string {
+	// Concatenation builds the key in one allocation; Sprintf boxed each part as well, and
+	// every write, read and watch event of the server builds a key.
 	if r.namespaced {
-		return fmt.Sprintf("%s/%s/%s/%s", prefix, r.storageName(), namespace, name)
+		return prefix + "/" + r.storageName() + "/" + namespace + "/" + name
 	}
-	return fmt.Sprintf("%s/%s/%s", prefix, r.storageName(), name)
+	return prefix + "/" + r.storageName() + "/" + name
 }
 
 // keyPrefix is the prefix of every key of the resource, or of one namespace of it.
