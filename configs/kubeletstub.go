@@ -108,8 +108,18 @@ type KubeletStub struct {
 	// PodWorkers admit, start, stop and delete pods concurrently; 0, the default, sizes
 	// them to the fleet (PodWorkerCount).
 	PodWorkers int `mapstructure:"pod-workers"`
-	// RecordEvents emits kubelet-like Events (pod rejections); default true.
+	// RecordEvents emits the kubelet's Events: Warnings for pods it cannot run (rejections,
+	// image pulls, sandboxes) and the Normal events of starting and stopping containers
+	// (Pulling, Pulled, Created, Started, Killing); default true.
 	RecordEvents bool `mapstructure:"record-events"`
+	// EventQPS and EventBurst bound the Normal container events of the whole fleet, as a
+	// kubelet's event-qps and event-burst bound one node's: a pod's events go out together
+	// or not at all, and Warnings are never held back. A fleet standing for thousands of
+	// kubelets in one process would otherwise write four Events for every pod it starts.
+	// Defaults 50 and 100, the kubelet's; EventQPS 0 removes the bound. Flags --event-qps,
+	// --event-burst.
+	EventQPS   float32 `mapstructure:"event-qps" flag:"event-qps" help:"container events (Pulled, Created, Started, Killing) the whole fleet records per second; 0: no limit"`
+	EventBurst int     `mapstructure:"event-burst" flag:"event-burst" help:"container events the fleet may record at once, above event-qps"`
 
 	// PodCIDR, when set, is split into per-node blocks of NodeCIDRMaskSize bits; node i gets
 	// block i as spec.podCIDR when it is created. Default "": the Node is registered
@@ -245,6 +255,13 @@ type StubNodeOverride struct {
 	StubNodeTemplate `mapstructure:",squash"`
 }
 
+// The kubelet's defaults for its event budget (eventRecordQPS, eventBurst), applied to a
+// whole fleet.
+const (
+	DefaultStubEventQPS   = 50
+	DefaultStubEventBurst = 100
+)
+
 // DefaultStubRuntimeHandler is the handler every stub node has unless configured otherwise:
 // containerd's default runtime.
 const DefaultStubRuntimeHandler = "runc"
@@ -260,6 +277,8 @@ func DefaultKubeletStub() KubeletStub {
 		LeaseDuration:      DefaultStubLeaseDuration,
 		LeaseRenewInterval: DefaultStubLeaseRenewInterval,
 		RecordEvents:       true,
+		EventQPS:           DefaultStubEventQPS,
+		EventBurst:         DefaultStubEventBurst,
 		NodeCIDRMaskSize:   DefaultStubNodeCIDRMaskSize,
 		InternalIPCIDR:     DefaultStubInternalIPCIDR,
 		FaultSeed:          1,
@@ -468,6 +487,10 @@ func (c KubeletStub) Validate() error {
 		return invalid("heartbeat-workers", "must not be negative (0 sizes them to the fleet)")
 	case c.PodWorkers < 0:
 		return invalid("pod-workers", "must not be negative (0 sizes them to the fleet)")
+	case c.EventQPS < 0:
+		return invalid("event-qps", "must not be negative (0 removes the limit)")
+	case c.EventQPS > 0 && c.EventBurst < 1:
+		return invalid("event-burst", "must be at least 1 while %s limits events", "event-qps")
 	}
 	if err := c.validateNetworks(len(names)); err != nil {
 		return err

@@ -170,6 +170,7 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 	f.buildInformers(opts.Informers)
 	f.buildLoops()
 	f.pods.pullFailures = pullFailures
+	f.pods.eventBudget = newEventBudget(cfg)
 	if err := f.addHandlers(); err != nil {
 		return nil, fmt.Errorf("kubeletstub: %w", err)
 	}

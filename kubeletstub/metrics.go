@@ -23,6 +23,7 @@ type metrics struct {
 	podWrites     *prometheus.CounterVec
 	podSyncs      prometheus.Counter
 	podSyncErrors prometheus.Counter
+	eventsDropped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "miniplane_kubeletstub_pod_sync_errors_total",
 			Help: "Pod syncs that failed and were retried.",
 		}),
+		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "miniplane_kubeletstub_container_events_dropped_total",
+			Help: "Container events (Pulling, Pulled, Created, Started, Killing) not recorded because the fleet's event-qps budget was spent.",
+		}),
 	}
 	var err error
 	if m.nodes, err = register(reg, m.nodes); err != nil {
@@ -69,6 +74,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.podSyncErrors, err = register(reg, m.podSyncErrors); err != nil {
+		return nil, err
+	}
+	if m.eventsDropped, err = register(reg, m.eventsDropped); err != nil {
 		return nil, err
 	}
 	return m, nil

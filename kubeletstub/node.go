@@ -62,6 +62,9 @@ type stubNode struct {
 	rng      *rand.Rand
 	ipCursor uint32
 	recorder record.EventRecorder
+	// images are the images containers started from on this node, by the runtime's
+	// reference: the kubelet pulls an IfNotPresent image only the first time.
+	images map[string]bool
 	// probeFaults are the node's probe-fault episodes, nil until a fail-probes annotation is
 	// first seen (most nodes never have one).
 	probeFaults *[numProbeKinds]probeEpisode

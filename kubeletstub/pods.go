@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	nodelisters "k8s.io/client-go/listers/node/v1"
@@ -56,6 +58,9 @@ type podController struct {
 	newRecorder func(node string) record.EventRecorder
 	// pullFailures are the images no node of the fleet can pull (configuration).
 	pullFailures []imagePattern
+	// eventBudget bounds the fleet's container events (event-qps, event-burst); nil: no
+	// bound.
+	eventBudget *rate.Limiter
 }
 
 func (c *podController) enqueue(pod *corev1.Pod) {
@@ -226,6 +231,7 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 		c.event(n, pod, corev1.EventTypeWarning, reasonFailedCreatePodSandBox, sandbox)
 	default:
 		c.pullEvents(n, pod, &pod.Status, &want)
+		c.recordContainerEvents(n, pod, c.startEvents(n, pod, &pod.Status, &want), now)
 	}
 	return wakeAt, nil
 }
@@ -397,12 +403,14 @@ func (c *podController) stop(ctx context.Context, n *stubNode, pod *corev1.Pod) 
 	}
 	n.mu.Unlock()
 	if !placement.IsTerminal(pod) && !rec.stopped {
-		if err := c.writeStatus(ctx, pod, stoppedStatus(pod, c.clock.Now())); err != nil {
+		now := c.clock.Now()
+		if err := c.writeStatus(ctx, pod, stoppedStatus(pod, now)); err != nil {
 			return err
 		}
 		n.mu.Lock()
 		rec.stopped = true
 		n.mu.Unlock()
+		c.recordContainerEvents(n, pod, stopEvents(pod, &pod.Status), now)
 	}
 	zero := int64(0)
 	uid := pod.UID
@@ -435,7 +443,7 @@ func (c *podController) writeStatus(ctx context.Context, pod *corev1.Pod, status
 	return nil
 }
 
-func (c *podController) event(n *stubNode, pod *corev1.Pod, eventType, reason, message string) {
+func (c *podController) event(n *stubNode, obj runtime.Object, eventType, reason, message string) {
 	if c.newRecorder == nil {
 		return
 	}
@@ -445,7 +453,7 @@ func (c *podController) event(n *stubNode, pod *corev1.Pod, eventType, reason, m
 	}
 	r := n.recorder
 	n.mu.Unlock()
-	r.Event(pod, eventType, reason, message)
+	r.Event(obj, eventType, reason, message)
 }
 
 // podFromDeleted returns the pod of a delete event, which may be the last known state.

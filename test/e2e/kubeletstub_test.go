@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -257,6 +258,21 @@ spec:
 		}
 		return state, p.Status.Phase == corev1.PodRunning && ready && p.Status.PodIP != "" && p.Status.StartTime != nil
 	})
+	// kubectl describe shows what a kubelet reports of the container it started.
+	ksEventually(t, "the kubelet's events of runs in kubectl describe", func() (string, bool) {
+		out := kubectl("describe", "pod", "runs")
+		for _, want := range []string{
+			`Pulling +.* Pulling image "registry\.example/app:1"`,
+			`Pulled +.* Successfully pulled image "registry\.example/app:1" in 0s`,
+			`Created +.* Container created`,
+			`Started +.* Container started`,
+		} {
+			if !regexp.MustCompile(`Normal +` + want).MatchString(out) {
+				return out, false
+			}
+		}
+		return out, true
+	})
 
 	// More cpu than the node has: Failed with OutOfcpu.
 	applyPod("too-big", "stub-node-0", "3")
@@ -301,6 +317,11 @@ spec:
 	if out, err := ksKubectl(t, kubeconfig, home, "get", "pod", "runs"); err == nil || !strings.Contains(out, "NotFound") {
 		t.Errorf("pod runs still there after delete: %v\n%s", err, out)
 	}
+	ksEventually(t, "a Killing event for runs' container", func() (string, bool) {
+		out := kubectl("get", "events", "--field-selector", "involvedObject.name=runs,reason=Killing",
+			"-o", "jsonpath={.items[*].involvedObject.fieldPath} {.items[*].message}")
+		return out, strings.TrimSpace(out) == "spec.containers{app} Stopping container app"
+	})
 
 	// The stubs' credential: allowed on its own nodes, 403 on another.
 	outsider := filepath.Join(tmp, "outsider.yaml")
