@@ -123,6 +123,22 @@ func (n *stubNode) pullEvents(path string, ctr *corev1.Container, ref string) []
 	}
 }
 
+// keepImages marks the images of the containers that started in status as on the node: a
+// restarted kubelet finds in its runtime what it pulled before. Callers hold n.mu.
+func (n *stubNode) keepImages(status *corev1.PodStatus) {
+	for _, statuses := range [][]corev1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.ContainerID == "" {
+				continue
+			}
+			if n.images == nil {
+				n.images = map[string]bool{}
+			}
+			n.images[cs.Image] = true
+		}
+	}
+}
+
 // stopEvents are the Killing events of the containers running in status.
 func stopEvents(pod *corev1.Pod, status *corev1.PodStatus) []containerEvent {
 	var evs []containerEvent

@@ -106,6 +106,33 @@ func TestContainerEvents(t *testing.T) {
 		`spec.containers{latest} Killing: Stopping container latest`))
 }
 
+// TestContainerEventsAfterRestart: a stub restarted over a running pod records nothing for
+// it, and knows its image is on the node.
+func TestContainerEventsAfterRestart(t *testing.T) {
+	cfg := testConfig(1)
+	tf := newTestFleet(t, cfg)
+	tf.waitReady(t)
+	tf.createPod(t, newPod(podSpec{name: "before", node: "n-0"}))
+	before := tf.waitPhase(t, "before", corev1.PodRunning)
+
+	cfg.RecordEvents = true
+	tf2 := newTestFleetAt(t, cfg, tf.clock.Now(), tf.node(t, "n-0"), before)
+	tf2.waitReady(t)
+	poll.Until(t, waitTimeout, "the restarted stub to sync before", func() bool { return tf2.pods.queue.Len() == 0 })
+	after := newPod(podSpec{name: "after", node: "n-0"})
+	after.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
+	tf2.createPod(t, after)
+	tf2.waitPhase(t, "after", corev1.PodRunning)
+	tf2.waitPodEvents(t, "after", []string{
+		`spec.containers{app} Pulled: Container image "registry.example/app:1" already present on machine and can be accessed by the pod`,
+		`spec.containers{app} Created: Container created`,
+		`spec.containers{app} Started: Container started`,
+	})
+	if got := tf2.podEvents(t, "before", "n-0"); len(got) != 0 {
+		t.Errorf("the restarted stub recorded events for a pod it found running: %v", got)
+	}
+}
+
 // TestContainerEventBudget: event-qps and event-burst bound the fleet's container events; a
 // pod whose events do not all fit gets none, and the pods run all the same.
 func TestContainerEventBudget(t *testing.T) {

@@ -309,6 +309,7 @@ func (c *podController) record(n *stubNode, pod *corev1.Pod, node *corev1.Node, 
 			}
 		}
 		n.pods[pod.UID] = rec
+		n.keepImages(&pod.Status)
 		return rec, nil
 	}
 	rec := &podRecord{}
