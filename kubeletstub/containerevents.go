@@ -23,14 +23,52 @@ import (
 // would write four Events per pod besides the pod's own writes. A pod's events are taken
 // from the budget together, so a pod shows all of them or none.
 
-// The kubelet's event reasons for containers.
+// containerEvent is one event about one container of a pod. Its reason and message are
+// only built when the budget lets it be recorded: at scale most are not.
+type containerEvent struct {
+	kind eventKind
+	// init says the container is an init container (its fieldPath).
+	init bool
+	// name is the container's name, image its image as the pod's spec gives it.
+	name, image string
+}
+
+type eventKind uint8
+
 const (
-	reasonPulling = "Pulling"
-	reasonPulled  = "Pulled"
-	reasonCreated = "Created"
-	reasonStarted = "Started"
-	reasonKilling = "Killing"
+	eventPulling eventKind = iota
+	eventPulled
+	eventAlreadyPresent
+	eventCreated
+	eventStarted
+	eventKilling
 )
+
+// reasonAndMessage are the kubelet's reason and message for e.
+func (e containerEvent) reasonAndMessage() (string, string) {
+	switch e.kind {
+	case eventPulling:
+		return "Pulling", fmt.Sprintf("Pulling image %q", imageWithTag(e.image))
+	case eventPulled:
+		// The stub pulls at once and stores no layers, hence 0s and 0 bytes.
+		return "Pulled", fmt.Sprintf("Successfully pulled image %q in 0s (0s including waiting). Image size: 0 bytes.", imageWithTag(e.image))
+	case eventAlreadyPresent:
+		return "Pulled", fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", imageWithTag(e.image))
+	case eventCreated:
+		return "Created", "Container created"
+	case eventStarted:
+		return "Started", "Container started"
+	default:
+		return "Killing", "Stopping container " + e.name
+	}
+}
+
+func (e containerEvent) fieldPath() string {
+	if e.init {
+		return "spec.initContainers{" + e.name + "}"
+	}
+	return "spec.containers{" + e.name + "}"
+}
 
 // newEventBudget returns the fleet's bound on container events, nil when there is none.
 func newEventBudget(cfg configs.KubeletStub) *rate.Limiter {
@@ -38,11 +76,6 @@ func newEventBudget(cfg configs.KubeletStub) *rate.Limiter {
 		return nil
 	}
 	return rate.NewLimiter(rate.Limit(cfg.EventQPS), cfg.EventBurst)
-}
-
-// containerEvent is one event about one container of a pod.
-type containerEvent struct {
-	fieldPath, reason, message string
 }
 
 // recordContainerEvents records evs on pod if the fleet's budget has room for all of them.
@@ -57,9 +90,10 @@ func (c *podController) recordContainerEvents(n *stubNode, pod *corev1.Pod, evs 
 	for _, e := range evs {
 		ref := &corev1.ObjectReference{
 			Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
-			UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: e.fieldPath,
+			UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: e.fieldPath(),
 		}
-		c.event(n, ref, corev1.EventTypeNormal, e.reason, e.message)
+		reason, message := e.reasonAndMessage()
+		c.event(n, ref, corev1.EventTypeNormal, reason, message)
 	}
 }
 
@@ -67,15 +101,15 @@ func (c *podController) recordContainerEvents(n *stubNode, pod *corev1.Pod, evs 
 // old, starts: those that have an ID in want and had none in old. Init containers come
 // first, each in the order of the pod's spec. An image a container starts from is on the
 // node from then on.
-func (c *podController) startEvents(n *stubNode, pod *corev1.Pod, old, want *corev1.PodStatus) []containerEvent {
+func (n *stubNode) startEvents(pod *corev1.Pod, old, want *corev1.PodStatus) []containerEvent {
 	var evs []containerEvent
 	for _, group := range []struct {
-		path       string
+		init       bool
 		containers []corev1.Container
 		old, want  []corev1.ContainerStatus
 	}{
-		{"spec.initContainers", pod.Spec.InitContainers, old.InitContainerStatuses, want.InitContainerStatuses},
-		{"spec.containers", pod.Spec.Containers, old.ContainerStatuses, want.ContainerStatuses},
+		{true, pod.Spec.InitContainers, old.InitContainerStatuses, want.InitContainerStatuses},
+		{false, pod.Spec.Containers, old.ContainerStatuses, want.ContainerStatuses},
 	} {
 		for i := range group.containers {
 			ctr := &group.containers[i]
@@ -86,41 +120,39 @@ func (c *podController) startEvents(n *stubNode, pod *corev1.Pod, old, want *cor
 			if before := findContainerStatus(group.old, ctr.Name); before != nil && before.ContainerID != "" {
 				continue
 			}
-			path := group.path + "{" + ctr.Name + "}"
-			evs = append(evs, n.pullEvents(path, ctr, now.Image)...)
-			evs = append(evs,
-				containerEvent{path, reasonCreated, "Container created"},
-				containerEvent{path, reasonStarted, "Container started"})
+			e := containerEvent{init: group.init, name: ctr.Name, image: ctr.Image}
+			n.mu.Lock()
+			present := n.addImage(now.Image)
+			n.mu.Unlock()
+			policy := ctr.ImagePullPolicy
+			if policy == "" {
+				policy = defaultPullPolicy(ctr.Image)
+			}
+			if policy == corev1.PullNever || (policy == corev1.PullIfNotPresent && present) {
+				evs = append(evs, e.as(eventAlreadyPresent))
+			} else {
+				evs = append(evs, e.as(eventPulling), e.as(eventPulled))
+			}
+			evs = append(evs, e.as(eventCreated), e.as(eventStarted))
 		}
 	}
 	return evs
 }
 
-// pullEvents are the image manager's events for starting ctr, whose image the runtime knows
-// as ref: Pulled "already present" when the pull policy lets the node use the copy it has,
-// else Pulling and Pulled. The stub pulls at once and stores no layers, hence 0s and 0 bytes.
-func (n *stubNode) pullEvents(path string, ctr *corev1.Container, ref string) []containerEvent {
-	img := imageWithTag(ctr.Image)
-	n.mu.Lock()
-	present := n.images[ref]
-	if !present {
-		if n.images == nil {
-			n.images = map[string]bool{}
-		}
-		n.images[ref] = true
+func (e containerEvent) as(kind eventKind) containerEvent {
+	e.kind = kind
+	return e
+}
+
+// addImage notes that the runtime has the image ref and says whether it had it before.
+// Callers hold n.mu.
+func (n *stubNode) addImage(ref string) (had bool) {
+	if n.images == nil {
+		n.images = map[string]bool{}
 	}
-	n.mu.Unlock()
-	policy := ctr.ImagePullPolicy
-	if policy == "" {
-		policy = defaultPullPolicy(ctr.Image)
-	}
-	if policy == corev1.PullNever || (policy == corev1.PullIfNotPresent && present) {
-		return []containerEvent{{path, reasonPulled, fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", img)}}
-	}
-	return []containerEvent{
-		{path, reasonPulling, fmt.Sprintf("Pulling image %q", img)},
-		{path, reasonPulled, fmt.Sprintf("Successfully pulled image %q in 0s (0s including waiting). Image size: 0 bytes.", img)},
-	}
+	had = n.images[ref]
+	n.images[ref] = true
+	return had
 }
 
 // keepImages marks the images of the containers that started in status as on the node: a
@@ -128,31 +160,24 @@ func (n *stubNode) pullEvents(path string, ctr *corev1.Container, ref string) []
 func (n *stubNode) keepImages(status *corev1.PodStatus) {
 	for _, statuses := range [][]corev1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses} {
 		for _, cs := range statuses {
-			if cs.ContainerID == "" {
-				continue
+			if cs.ContainerID != "" {
+				n.addImage(cs.Image)
 			}
-			if n.images == nil {
-				n.images = map[string]bool{}
-			}
-			n.images[cs.Image] = true
 		}
 	}
 }
 
 // stopEvents are the Killing events of the containers running in status.
-func stopEvents(pod *corev1.Pod, status *corev1.PodStatus) []containerEvent {
+func stopEvents(status *corev1.PodStatus) []containerEvent {
 	var evs []containerEvent
-	for _, group := range []struct {
-		path     string
-		statuses []corev1.ContainerStatus
-	}{
-		{"spec.containers", status.ContainerStatuses},
-		{"spec.initContainers", status.InitContainerStatuses},
-	} {
-		for _, cs := range group.statuses {
-			if cs.State.Running != nil {
-				evs = append(evs, containerEvent{group.path + "{" + cs.Name + "}", reasonKilling, "Stopping container " + cs.Name})
-			}
+	for _, cs := range status.ContainerStatuses {
+		if cs.State.Running != nil {
+			evs = append(evs, containerEvent{kind: eventKilling, name: cs.Name})
+		}
+	}
+	for _, cs := range status.InitContainerStatuses {
+		if cs.State.Running != nil {
+			evs = append(evs, containerEvent{kind: eventKilling, init: true, name: cs.Name})
 		}
 	}
 	return evs

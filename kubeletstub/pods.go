@@ -231,7 +231,7 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 		c.event(n, pod, corev1.EventTypeWarning, reasonFailedCreatePodSandBox, sandbox)
 	default:
 		c.pullEvents(n, pod, &pod.Status, &want)
-		c.recordContainerEvents(n, pod, c.startEvents(n, pod, &pod.Status, &want), now)
+		c.recordContainerEvents(n, pod, n.startEvents(pod, &pod.Status, &want), now)
 	}
 	return wakeAt, nil
 }
@@ -411,7 +411,7 @@ func (c *podController) stop(ctx context.Context, n *stubNode, pod *corev1.Pod) 
 		n.mu.Lock()
 		rec.stopped = true
 		n.mu.Unlock()
-		c.recordContainerEvents(n, pod, stopEvents(pod, &pod.Status), now)
+		c.recordContainerEvents(n, pod, stopEvents(&pod.Status), now)
 	}
 	zero := int64(0)
 	uid := pod.UID
