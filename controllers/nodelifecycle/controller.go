@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -38,6 +39,13 @@ const UserAgent = "node-lifecycle-controller"
 const (
 	nodeComponent     = "node-controller"
 	evictionComponent = "taint-eviction-controller"
+)
+
+// The bound on RegisteredNode and RemovingNode events: kube-controller-manager's default
+// --kube-api-qps and --kube-api-burst, which bound everything its controllers write.
+const (
+	nodeEventQPS   = 20
+	nodeEventBurst = 30
 )
 
 // NodeLeaseNamespace holds the kubelets' heartbeat Leases, one per node, named after it.
@@ -80,6 +88,10 @@ type Controller struct {
 	nodeRecorder       record.EventRecorder
 	evictionRecorder   record.EventRecorder
 	broadcaster        record.EventBroadcaster
+	// nodeEventBudget bounds RegisteredNode and RemovingNode, which a controller start
+	// records for every node: kube-controller-manager's client allows 20 requests/s (burst
+	// 30), and a cluster of 5,000 nodes would otherwise write 5,000 events as it starts.
+	nodeEventBudget *rate.Limiter
 
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
 	podQueue  workqueue.TypedRateLimitingInterface[string]
@@ -142,6 +154,7 @@ func newController(cfg configs.NodeLifecycleController, opts Options) *Controlle
 		clock:              clk,
 		logger:             logger,
 		health:             map[string]*nodeHealth{},
+		nodeEventBudget:    rate.NewLimiter(nodeEventQPS, nodeEventBurst),
 		evictionStart:      map[string]evictionClock{},
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
@@ -323,8 +336,18 @@ func (c *Controller) onNodeDelete(obj any) {
 		obj = tomb.Obj
 	}
 	if node, ok := obj.(*corev1.Node); ok {
-		c.forgetNode(node.Name)
+		c.removed(node.Name)
 	}
+}
+
+// recordNodeEvent records one of the controller's own events about a node joining or
+// leaving, within nodeEventBudget.
+func (c *Controller) recordNodeEvent(name string, uid types.UID, reason, event string) {
+	if !c.nodeEventBudget.AllowN(c.clock.Now(), 1) {
+		return
+	}
+	c.nodeRecorder.Eventf(&corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: name, UID: uid},
+		corev1.EventTypeNormal, reason, "Node %s event: %s", name, event)
 }
 
 func (c *Controller) onLease(obj any) {
@@ -352,13 +375,16 @@ func (c *Controller) lease(nodeName string) *coordinationv1.Lease {
 func (c *Controller) syncNode(ctx context.Context, name string) error {
 	node, err := c.nodeLister.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.forgetNode(name)
+		c.removed(name)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	h := c.observe(node, c.lease(name))
+	if c.register(node) {
+		c.recordNodeEvent(name, node.UID, "RegisteredNode", "Registered Node "+name+" in Controller")
+	}
 	grace := c.gracePeriod
 	if !h.hasReady {
 		grace = c.startupGracePeriod
@@ -373,7 +399,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 				return fmt.Errorf("marking node %s unknown: %w", name, err)
 			}
 			c.transitions.Inc()
-			c.nodeRecorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: name, UID: node.UID},
+			c.nodeRecorder.Eventf(&corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID},
 				corev1.EventTypeNormal, "NodeNotReady", "Node %s status is now: NodeNotReady", name)
 		}
 	}

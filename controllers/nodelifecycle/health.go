@@ -6,6 +6,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Reasons and messages kube-controller-manager writes on conditions of a silent node.
@@ -30,6 +31,9 @@ type nodeHealth struct {
 	readyHeartbeat metav1.Time
 	leaseRenew     time.Time
 	hasReady       bool
+	// registered is the UID of the node once RegisteredNode was recorded for it (or left
+	// out by the budget): once per node and controller start, as upstream's knownNodeSet.
+	registered types.UID
 }
 
 // observe records node's Ready heartbeat and lease renewal (lease may be nil) and reports
@@ -63,10 +67,36 @@ func (c *Controller) observe(node *corev1.Node, lease *coordinationv1.Lease) nod
 	return *h
 }
 
-func (c *Controller) forgetNode(name string) {
+// register marks the node known to the controller and reports whether it was new.
+func (c *Controller) register(node *corev1.Node) bool {
 	c.healthMu.Lock()
 	defer c.healthMu.Unlock()
+	h, ok := c.health[node.Name]
+	if !ok || h.registered != "" {
+		return false
+	}
+	h.registered = node.UID
+	return true
+}
+
+// forgetNode drops what the controller knew of a node and returns the UID it was
+// registered with, "" if it was not.
+func (c *Controller) forgetNode(name string) types.UID {
+	c.healthMu.Lock()
+	defer c.healthMu.Unlock()
+	h, ok := c.health[name]
 	delete(c.health, name)
+	if !ok {
+		return ""
+	}
+	return h.registered
+}
+
+// removed records RemovingNode for a node the controller knew, once.
+func (c *Controller) removed(name string) {
+	if uid := c.forgetNode(name); uid != "" {
+		c.recordNodeEvent(name, uid, "RemovingNode", "Removing Node "+name+" from Controller")
+	}
 }
 
 // markUnknown sets Ready and the pressure conditions of node to Unknown, as

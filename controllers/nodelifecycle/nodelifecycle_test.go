@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +31,10 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 type testEnv struct {
-	c      *Controller
-	client *fake.Clientset
-	clock  *testingclock.FakeClock
+	c        *Controller
+	client   *fake.Clientset
+	clock    *testingclock.FakeClock
+	recorder *record.FakeRecorder
 }
 
 func newTestController(t *testing.T, objs ...runtime.Object) *testEnv {
@@ -39,8 +42,9 @@ func newTestController(t *testing.T, objs ...runtime.Object) *testEnv {
 	client := fake.NewClientset(objs...)
 	clk := testingclock.NewFakeClock(t0)
 	factory := informers.NewSharedInformerFactory(client, 0)
+	recorder := record.NewFakeRecorder(100)
 	c, err := New(configs.DefaultNodeLifecycleController(), Options{Client: client, Informers: factory, Clock: clk,
-		Recorder: record.NewFakeRecorder(100), Logger: slog.New(slog.DiscardHandler)})
+		Recorder: recorder, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +59,7 @@ func newTestController(t *testing.T, objs ...runtime.Object) *testEnv {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		t.Fatal("caches did not sync")
 	}
-	return &testEnv{c: c, client: client, clock: clk}
+	return &testEnv{c: c, client: client, clock: clk, recorder: recorder}
 }
 
 func readyNode(name string, heartbeat time.Time) *corev1.Node {
@@ -532,5 +536,65 @@ func TestFailedSyncIsLoggedAboveDebug(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// recorded drains the events recorded so far.
+func (e *testEnv) recorded() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// TestRegisteredAndRemovingNode: the controller announces each node it starts watching
+// once, and its removal once, within its bound.
+func TestRegisteredAndRemovingNode(t *testing.T) {
+	objs := []runtime.Object{}
+	for i := range nodeEventBurst + 5 {
+		objs = append(objs, readyNode(fmt.Sprintf("n%d", i), t0))
+	}
+	e := newTestController(t, objs...)
+	e.syncNode(t, "n0")
+	e.syncNode(t, "n0")
+	if got, want := e.recorded(), []string{"Normal RegisteredNode Node n0 event: Registered Node n0 in Controller"}; !slices.Equal(got, want) {
+		t.Errorf("events after two syncs of n0: %q, want %q", got, want)
+	}
+
+	if err := e.client.CoreV1().Nodes().Delete(context.Background(), "n0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, waitTimeout, "the informer drops n0", func() bool {
+		_, err := e.c.nodeLister.Get("n0")
+		return apierrors.IsNotFound(err)
+	})
+	// The delete handler and a sync may both see it gone: one of them records it.
+	if err := e.c.syncNode(context.Background(), "n0"); err != nil {
+		t.Fatal(err)
+	}
+	var removing []string
+	want := []string{"Normal RemovingNode Node n0 event: Removing Node n0 from Controller"}
+	poll.Until(t, waitTimeout, "RemovingNode", func() bool {
+		removing = append(removing, e.recorded()...)
+		return len(removing) >= len(want)
+	})
+	if err := e.c.syncNode(context.Background(), "n0"); err != nil {
+		t.Fatal(err)
+	}
+	if removing = append(removing, e.recorded()...); !slices.Equal(removing, want) {
+		t.Errorf("events after n0's deletion: %q, want %q", removing, want)
+	}
+
+	// The clock stands still: the burst, less the two events above, is all there is.
+	for i := 1; i < nodeEventBurst+5; i++ {
+		e.syncNode(t, fmt.Sprintf("n%d", i))
+	}
+	if got := len(e.recorded()); got != nodeEventBurst-2 {
+		t.Errorf("%d RegisteredNode events for %d nodes, want the bound's %d", got, nodeEventBurst+4, nodeEventBurst-2)
 	}
 }
