@@ -109,17 +109,18 @@ type KubeletStub struct {
 	// them to the fleet (PodWorkerCount).
 	PodWorkers int `mapstructure:"pod-workers"`
 	// RecordEvents emits the kubelet's Events: Warnings for pods it cannot run (rejections,
-	// image pulls, sandboxes) and the Normal events of starting and stopping containers
-	// (Pulling, Pulled, Created, Started, Killing); default true.
+	// image pulls, sandboxes), the Normal events of starting and stopping containers
+	// (Pulling, Pulled, Created, Started, Killing) and those of the node (Starting,
+	// NodeHas…, NodeReady, NodeNotSchedulable…); default true.
 	RecordEvents bool `mapstructure:"record-events"`
-	// EventQPS and EventBurst bound the Normal container events of the whole fleet, as a
-	// kubelet's event-qps and event-burst bound one node's: a pod's events go out together
-	// or not at all, and Warnings are never held back. A fleet standing for thousands of
-	// kubelets in one process would otherwise write four Events for every pod it starts.
-	// Defaults 50 and 100, the kubelet's; EventQPS 0 removes the bound. Flags --event-qps,
-	// --event-burst.
-	EventQPS   float32 `mapstructure:"event-qps" flag:"event-qps" help:"container events (Pulled, Created, Started, Killing) the whole fleet records per second; 0: no limit"`
-	EventBurst int     `mapstructure:"event-burst" flag:"event-burst" help:"container events the fleet may record at once, above event-qps"`
+	// EventQPS and EventBurst bound the Normal events of the whole fleet, as a kubelet's
+	// event-qps and event-burst bound one node's: a pod's start or a node's goes out
+	// together or not at all, and Warnings are never held back. A fleet standing for
+	// thousands of kubelets in one process would otherwise write four Events for every pod
+	// it starts and five for every node. Defaults 50 and 100, the kubelet's; EventQPS 0
+	// removes the bound. Flags --event-qps, --event-burst.
+	EventQPS   float32 `mapstructure:"event-qps" flag:"event-qps" help:"Normal events (Pulled, Started, Killing, Starting, NodeReady, …) the whole fleet records per second; 0: no limit"`
+	EventBurst int     `mapstructure:"event-burst" flag:"event-burst" help:"Normal events the fleet may record at once, above event-qps"`
 
 	// PodCIDR, when set, is split into per-node blocks of NodeCIDRMaskSize bits; node i gets
 	// block i as spec.podCIDR when it is created. Default "": the Node is registered

@@ -5,10 +5,7 @@ import (
 	"time"
 
 	"github.com/distribution/reference"
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/miniplane/miniplane/configs"
 )
 
 // Container events. A kubelet reports each container it starts with Normal events on the
@@ -17,11 +14,7 @@ import (
 // shows them under the scheduler's Scheduled. The stub records the same reasons and
 // messages, with the container in the event's fieldPath, when a status it writes first
 // gives a container an ID (README.md, "Stub kubelets and fault injection").
-//
-// A fleet stands for many kubelets in one process, so a bound that is per node on a real
-// kubelet (event-qps, event-burst) is fleet-wide here; without it a 5,000-node rollout
-// would write four Events per pod besides the pod's own writes. A pod's events are taken
-// from the budget together, so a pod shows all of them or none.
+// They count against the fleet's event budget (eventRecorder), a pod's all together.
 
 // containerEvent is one event about one container of a pod. Its reason and message are
 // only built when the budget lets it be recorded: at scale most are not.
@@ -70,21 +63,9 @@ func (e containerEvent) fieldPath() string {
 	return "spec.containers{" + e.name + "}"
 }
 
-// newEventBudget returns the fleet's bound on container events, nil when there is none.
-func newEventBudget(cfg configs.KubeletStub) *rate.Limiter {
-	if cfg.EventQPS <= 0 {
-		return nil
-	}
-	return rate.NewLimiter(rate.Limit(cfg.EventQPS), cfg.EventBurst)
-}
-
 // recordContainerEvents records evs on pod if the fleet's budget has room for all of them.
 func (c *podController) recordContainerEvents(n *stubNode, pod *corev1.Pod, evs []containerEvent, now time.Time) {
-	if len(evs) == 0 || c.newRecorder == nil {
-		return
-	}
-	if c.eventBudget != nil && !c.eventBudget.AllowN(now, len(evs)) {
-		c.metrics.eventsDropped.Add(float64(len(evs)))
+	if !c.events.allow(now, eventsOfContainers, len(evs)) {
 		return
 	}
 	for _, e := range evs {
@@ -93,7 +74,7 @@ func (c *podController) recordContainerEvents(n *stubNode, pod *corev1.Pod, evs 
 			UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: e.fieldPath(),
 		}
 		reason, message := e.reasonAndMessage()
-		c.event(n, ref, corev1.EventTypeNormal, reason, message)
+		c.events.event(n, ref, corev1.EventTypeNormal, reason, message)
 	}
 }
 

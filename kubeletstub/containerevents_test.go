@@ -38,9 +38,15 @@ func (tf *testFleet) podEvents(t *testing.T, pod, node string) []string {
 // waitPodEvents waits until pod has exactly want (in any order) from node n-0.
 func (tf *testFleet) waitPodEvents(t *testing.T, pod string, want []string) {
 	t.Helper()
+	waitEvents(t, "the events of "+pod, func() []string { return tf.podEvents(t, pod, "n-0") }, want)
+}
+
+// waitEvents waits until list, which sorts, returns exactly want in any order.
+func waitEvents(t *testing.T, what string, list func() []string, want []string) {
+	t.Helper()
 	want = slices.Sorted(slices.Values(want))
-	poll.UntilErr(t, waitTimeout, "the events of "+pod, func() (bool, error) {
-		got := tf.podEvents(t, pod, "n-0")
+	poll.UntilErr(t, waitTimeout, what, func() (bool, error) {
+		got := list()
 		if slices.Equal(got, want) {
 			return true, nil
 		}
@@ -138,8 +144,8 @@ func TestContainerEventsAfterRestart(t *testing.T) {
 func TestContainerEventBudget(t *testing.T) {
 	cfg := testConfig(1)
 	cfg.RecordEvents = true
-	cfg.EventQPS = 0.001 // the fake clock stands still: no token comes back during the test
-	cfg.EventBurst = 6
+	cfg.EventQPS = 0.001   // the fake clock stands still: no token comes back during the test
+	cfg.EventBurst = 5 + 6 // the node's start, then six container events
 	tf := newTestFleet(t, cfg)
 	tf.waitReady(t)
 
@@ -149,7 +155,9 @@ func TestContainerEventBudget(t *testing.T) {
 	// Two tokens are left; this pod needs three.
 	tf.createPod(t, newPod(podSpec{name: "over", node: "n-0"}))
 	tf.waitPhase(t, "over", corev1.PodRunning)
-	poll.Until(t, waitTimeout, "the dropped events are counted", func() bool { return counterValue(t, tf.metrics.eventsDropped) == 3 })
+	poll.Until(t, waitTimeout, "the dropped events are counted", func() bool {
+		return counterValue(t, tf.metrics.eventsDropped.WithLabelValues(eventsOfContainers)) == 3
+	})
 	if got := tf.podEvents(t, "over", "n-0"); len(got) != 0 {
 		t.Errorf("events beyond the budget were recorded: %v", got)
 	}

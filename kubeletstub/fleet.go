@@ -85,6 +85,7 @@ type Fleet struct {
 	heartbeat *heartbeater
 	pods      *podController
 	metrics   *metrics
+	events    *eventRecorder
 	// timers are the delaying layers of the three queues, started by Run.
 	timers []interface{ start() }
 
@@ -148,6 +149,7 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 	if f.metrics, err = newMetrics(reg); err != nil {
 		return nil, fmt.Errorf("kubeletstub: metrics: %w", err)
 	}
+	f.events = &eventRecorder{budget: newEventBudget(cfg), dropped: f.metrics.eventsDropped}
 
 	pullFailures, err := parseImagePatterns(cfg.ImagePullFailures)
 	if err != nil {
@@ -170,7 +172,6 @@ func New(cfg configs.KubeletStub, opts Options) (*Fleet, error) {
 	f.buildInformers(opts.Informers)
 	f.buildLoops()
 	f.pods.pullFailures = pullFailures
-	f.pods.eventBudget = newEventBudget(cfg)
 	if err := f.addHandlers(); err != nil {
 		return nil, fmt.Errorf("kubeletstub: %w", err)
 	}
@@ -225,6 +226,7 @@ func (f *Fleet) buildLoops() {
 		queue:                newTimerQueue[beatKey](f.clock),
 		log:                  f.log,
 		metrics:              f.metrics,
+		events:               f.events,
 		heartbeatInterval:    f.cfg.HeartbeatInterval,
 		reportInterval:       f.cfg.ReportInterval,
 		renewInterval:        f.cfg.LeaseRenewInterval,
@@ -258,6 +260,7 @@ func (f *Fleet) buildLoops() {
 		timers:  podTimers,
 		log:     f.log,
 		metrics: f.metrics,
+		events:  f.events,
 	}
 	f.timers = []interface{ start() }{f.heartbeat.queue, registrationTimers, podTimers}
 }
@@ -314,6 +317,10 @@ func (f *Fleet) addHandlers() error {
 				// Pods waiting for the node's network can start now.
 				f.pods.enqueueNode(n.name)
 			}
+			if old.Spec.Unschedulable != node.Spec.Unschedulable {
+				// The kubelet notices a cordon at its next status check; this is it.
+				f.heartbeat.poke(n, beatStatus)
+			}
 			if !faultAnnotationsChanged(old.Annotations, node.Annotations) {
 				return
 			}
@@ -333,10 +340,18 @@ func (f *Fleet) reportAnnotationProblems(n *stubNode, node *corev1.Node) {
 	}
 }
 
-// onRegistered is the registrar's callback: the node exists, so its heartbeats start.
+// onRegistered is the registrar's callback: the node exists, so its kubelet has started
+// (its start events) and its heartbeats start.
 func (f *Fleet) onRegistered(n *stubNode) {
 	if f.mark(n, progressRegistered) {
 		f.metrics.nodes.WithLabelValues("registered").Inc()
+		if f.events.enabled() {
+			annotations := n.annotations
+			if node, err := f.heartbeat.nodeLister.Get(n.name); err == nil {
+				annotations = node.Annotations
+			}
+			f.events.recordNodeEvents(n, startNodeEvents(conditions(currentFaults(&n.tmpl, annotations))), f.clock.Now())
+		}
 		f.heartbeat.begin(n)
 	}
 }
@@ -400,7 +415,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if f.cfg.RecordEvents {
 		broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: f.client.CoreV1().Events("")})
-		f.pods.newRecorder = func(node string) record.EventRecorder {
+		f.events.newRecorder = func(node string) record.EventRecorder {
 			return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: node})
 		}
 	}

@@ -67,6 +67,7 @@ type heartbeater struct {
 	queue      *timerQueue[beatKey]
 	log        *slog.Logger
 	metrics    *metrics
+	events     *eventRecorder
 
 	// origin is the phase origin of every schedule; set once before the first begin.
 	origin               time.Time
@@ -168,15 +169,35 @@ func (h *heartbeater) syncStatus(ctx context.Context, n *stubNode) error {
 		return nil
 	}
 	now := h.clock.Now()
+	if node.Spec.Unschedulable != n.lastUnschedulable {
+		h.events.recordNodeEvents(n, []string{schedulableEvent(node.Spec.Unschedulable)}, now)
+		n.lastUnschedulable = node.Spec.Unschedulable
+	}
 	want := conditions(f)
 	lastReport, differs := n.lastReport, false
 	if ready := findNodeCondition(node, corev1.NodeReady); ready != nil && ready.LastHeartbeatTime.After(lastReport.Time) {
 		lastReport = ready.LastHeartbeatTime // written by an earlier run of the stub
 	}
+	before := func(typ corev1.NodeConditionType) (corev1.ConditionStatus, bool) {
+		if c := findNodeCondition(node, typ); c != nil {
+			return c.Status, true
+		}
+		return "", false
+	}
 	if ready := findNodeCondition(node, corev1.NodeReady); ready == nil || ready.LastHeartbeatTime.Before(&n.lastReport) {
 		// The cache has not seen our last write yet (every write stamps Ready's heartbeat):
 		// compare with what we wrote rather than write the same thing twice.
 		differs = n.lastConditions == nil || !slices.Equal(want, n.lastConditions) || !slices.Equal(f.runtimeHandlers, n.lastHandlers)
+		if n.lastConditions != nil {
+			before = func(typ corev1.NodeConditionType) (corev1.ConditionStatus, bool) {
+				for _, c := range n.lastConditions {
+					if c.typ == typ {
+						return c.status, true
+					}
+				}
+				return "", false
+			}
+		}
 	} else {
 		differs = n.statusDiffers(node, want, f.runtimeHandlers)
 	}
@@ -196,6 +217,9 @@ func (h *heartbeater) syncStatus(ctx context.Context, n *stubNode) error {
 	}
 	if _, err := h.client.CoreV1().Nodes().Patch(ctx, n.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("patch node status: %w", err)
+	}
+	if h.events.enabled() {
+		h.events.recordNodeEvents(n, conditionChangeEvents(want, before), now)
 	}
 	n.lastReport, n.lastConditions, n.lastHandlers = stamp, want, f.runtimeHandlers
 	h.metrics.heartbeat(beatStatus, resultWritten)

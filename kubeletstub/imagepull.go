@@ -210,7 +210,7 @@ func pullAttempt(since, now time.Time) (last, next time.Time) {
 // written over old, puts in a pull-failure state: Failed for a failed attempt, BackOff when
 // the back-off begins, InspectFailed for a name that is no image reference.
 func (c *podController) pullEvents(n *stubNode, pod *corev1.Pod, old, want *corev1.PodStatus) {
-	if c.newRecorder == nil {
+	if !c.events.enabled() {
 		return
 	}
 	for _, l := range [][2][]corev1.ContainerStatus{
@@ -227,11 +227,11 @@ func (c *podController) pullEvents(n *stubNode, pod *corev1.Pod, old, want *core
 			}
 			switch w.Reason {
 			case reasonErrImagePull:
-				c.event(n, pod, corev1.EventTypeWarning, "Failed", w.Message)
+				c.events.event(n, pod, corev1.EventTypeWarning, "Failed", w.Message)
 			case reasonImagePullBackOff:
-				c.event(n, pod, corev1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", cs.Image))
+				c.events.event(n, pod, corev1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", cs.Image))
 			default:
-				c.event(n, pod, corev1.EventTypeWarning, "InspectFailed", w.Message)
+				c.events.event(n, pod, corev1.EventTypeWarning, "InspectFailed", w.Message)
 			}
 		}
 	}

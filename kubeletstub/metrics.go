@@ -23,7 +23,7 @@ type metrics struct {
 	podWrites     *prometheus.CounterVec
 	podSyncs      prometheus.Counter
 	podSyncErrors prometheus.Counter
-	eventsDropped prometheus.Counter
+	eventsDropped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -52,10 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "miniplane_kubeletstub_pod_sync_errors_total",
 			Help: "Pod syncs that failed and were retried.",
 		}),
-		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "miniplane_kubeletstub_container_events_dropped_total",
-			Help: "Container events (Pulling, Pulled, Created, Started, Killing) not recorded because the fleet's event-qps budget was spent.",
-		}),
+		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "miniplane_kubeletstub_events_dropped_total",
+			Help: "Normal events not recorded because the fleet's event-qps budget was spent, by kind: container (Pulling, Pulled, Created, Started, Killing) or node (Starting, NodeHas…, NodeReady, NodeSchedulable…).",
+		}, []string{"kind"}),
 	}
 	var err error
 	if m.nodes, err = register(reg, m.nodes); err != nil {

@@ -74,9 +74,12 @@ type stubNode struct {
 	lastReport     metav1.Time
 	lastConditions []condition
 	lastHandlers   []string
-	statusErrors   int
-	lease          *coordinationv1.Lease
-	leaseErrors    int
+	// lastUnschedulable is spec.unschedulable as the last status check saw it; false at
+	// start, as the kubelet's, so a node found cordoned is announced so.
+	lastUnschedulable bool
+	statusErrors      int
+	lease             *coordinationv1.Lease
+	leaseErrors       int
 	// freshLease is set by registration when it created the Node: the first renewal then
 	// creates the Lease without reading it first (one request instead of two per node).
 	freshLease bool

@@ -7,17 +7,14 @@ import (
 	"log/slog"
 	"time"
 
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
@@ -54,13 +51,9 @@ type podController struct {
 	timers  *timerQueue[string]
 	log     *slog.Logger
 	metrics *metrics
-	// newRecorder returns a node's event recorder; nil records no events.
-	newRecorder func(node string) record.EventRecorder
+	events  *eventRecorder
 	// pullFailures are the images no node of the fleet can pull (configuration).
 	pullFailures []imagePattern
-	// eventBudget bounds the fleet's container events (event-qps, event-burst); nil: no
-	// bound.
-	eventBudget *rate.Limiter
 }
 
 func (c *podController) enqueue(pod *corev1.Pod) {
@@ -226,9 +219,9 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	rec.written = &want
 	switch {
 	case rec.rejected != nil:
-		c.event(n, pod, corev1.EventTypeWarning, rec.rejected.reason, rec.rejected.message)
+		c.events.event(n, pod, corev1.EventTypeWarning, rec.rejected.reason, rec.rejected.message)
 	case sandbox != "":
-		c.event(n, pod, corev1.EventTypeWarning, reasonFailedCreatePodSandBox, sandbox)
+		c.events.event(n, pod, corev1.EventTypeWarning, reasonFailedCreatePodSandBox, sandbox)
 	default:
 		c.pullEvents(n, pod, &pod.Status, &want)
 		c.recordContainerEvents(n, pod, n.startEvents(pod, &pod.Status, &want), now)
@@ -442,19 +435,6 @@ func (c *podController) writeStatus(ctx context.Context, pod *corev1.Pod, status
 	}
 	c.metrics.podWrites.WithLabelValues("status").Inc()
 	return nil
-}
-
-func (c *podController) event(n *stubNode, obj runtime.Object, eventType, reason, message string) {
-	if c.newRecorder == nil {
-		return
-	}
-	n.mu.Lock()
-	if n.recorder == nil {
-		n.recorder = c.newRecorder(n.name)
-	}
-	r := n.recorder
-	n.mu.Unlock()
-	r.Event(obj, eventType, reason, message)
 }
 
 // podFromDeleted returns the pod of a delete event, which may be the last known state.

@@ -217,6 +217,25 @@ func TestKubeletStubsUnderMiniplaneUp(t *testing.T) {
 	if out := kubectl("get", "leases", "-n", corev1.NamespaceNodeLease, "-o", "name"); strings.Count(out, "lease.coordination.k8s.io/stub-node-") != 3 {
 		t.Errorf("node leases:\n%s", out)
 	}
+	// kubectl describe node shows the node controller's and the kubelet's events, and the
+	// kubelet sees a cordon.
+	kubectl("cordon", "stub-node-2")
+	ksEventually(t, "the node's events in kubectl describe", func() (string, bool) {
+		out := kubectl("describe", "node", "stub-node-2")
+		for _, want := range []string{
+			`RegisteredNode +.* node-controller +Node stub-node-2 event: Registered Node stub-node-2 in Controller`,
+			`Starting +.* kubelet +Starting kubelet\.`,
+			`NodeHasSufficientMemory +.* kubelet +Node stub-node-2 status is now: NodeHasSufficientMemory`,
+			`NodeAllocatableEnforced +.* kubelet +Updated Node Allocatable limit across pods`,
+			`NodeNotSchedulable +.* kubelet +Node stub-node-2 status is now: NodeNotSchedulable`,
+		} {
+			if !regexp.MustCompile(`Normal +` + want).MatchString(out) {
+				return out, false
+			}
+		}
+		return out, true
+	})
+	kubectl("uncordon", "stub-node-2")
 
 	podPhase := func(name string) (corev1.Pod, string) {
 		out, err := ksKubectl(t, kubeconfig, home, "get", "pod", name, "-o", "json")
