@@ -18,12 +18,8 @@ import (
 // sorted.
 func (tf *testFleet) podEvents(t *testing.T, pod, node string) []string {
 	t.Helper()
-	evs, err := tf.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("list events: %v", err)
-	}
 	var out []string
-	for _, e := range evs.Items {
+	for _, e := range tf.listEvents(t) {
 		if e.InvolvedObject.Name == pod && e.Source.Host == node && e.Source.Component == "kubelet" {
 			if e.Type != corev1.EventTypeNormal || e.InvolvedObject.Kind != "Pod" || string(e.InvolvedObject.UID) != "uid-"+pod {
 				t.Errorf("event %s/%s: type %s, object %+v", e.Reason, e.Message, e.Type, e.InvolvedObject)
@@ -33,6 +29,17 @@ func (tf *testFleet) podEvents(t *testing.T, pod, node string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// listEvents lists the events recorded in the namespace "default", where a kubelet records its
+// pods' and its Node's.
+func (tf *testFleet) listEvents(t *testing.T) []corev1.Event {
+	t.Helper()
+	evs, err := tf.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list events: %v", err)
+	}
+	return evs.Items
 }
 
 // waitPodEvents waits until pod has exactly want (in any order) from node n-0.

@@ -178,26 +178,12 @@ func (h *heartbeater) syncStatus(ctx context.Context, n *stubNode) error {
 	if ready := findNodeCondition(node, corev1.NodeReady); ready != nil && ready.LastHeartbeatTime.After(lastReport.Time) {
 		lastReport = ready.LastHeartbeatTime // written by an earlier run of the stub
 	}
-	before := func(typ corev1.NodeConditionType) (corev1.ConditionStatus, bool) {
-		if c := findNodeCondition(node, typ); c != nil {
-			return c.Status, true
-		}
-		return "", false
-	}
+	cacheBehind := false
 	if ready := findNodeCondition(node, corev1.NodeReady); ready == nil || ready.LastHeartbeatTime.Before(&n.lastReport) {
 		// The cache has not seen our last write yet (every write stamps Ready's heartbeat):
 		// compare with what we wrote rather than write the same thing twice.
 		differs = n.lastConditions == nil || !slices.Equal(want, n.lastConditions) || !slices.Equal(f.runtimeHandlers, n.lastHandlers)
-		if n.lastConditions != nil {
-			before = func(typ corev1.NodeConditionType) (corev1.ConditionStatus, bool) {
-				for _, c := range n.lastConditions {
-					if c.typ == typ {
-						return c.status, true
-					}
-				}
-				return "", false
-			}
-		}
+		cacheBehind = n.lastConditions != nil
 	} else {
 		differs = n.statusDiffers(node, want, f.runtimeHandlers)
 	}
@@ -219,6 +205,10 @@ func (h *heartbeater) syncStatus(ctx context.Context, n *stubNode) error {
 		return fmt.Errorf("patch node status: %w", err)
 	}
 	if h.events.enabled() {
+		before := n.lastConditions
+		if !cacheBehind {
+			before = reportedConditions(node)
+		}
 		h.events.recordNodeEvents(n, conditionChangeEvents(want, before), now)
 	}
 	n.lastReport, n.lastConditions, n.lastHandlers = stamp, want, f.runtimeHandlers

@@ -2,6 +2,7 @@ package kubeletstub
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,15 +66,28 @@ func startNodeEvents(want []condition) []string {
 
 // conditionChangeEvents are the reasons a kubelet records as it reports want over the
 // conditions before.
-func conditionChangeEvents(want []condition, before func(corev1.NodeConditionType) (corev1.ConditionStatus, bool)) []string {
+func conditionChangeEvents(want, before []condition) []string {
 	var reasons []string
 	for _, c := range want {
-		status, found := before(c.typ)
-		if reason, ok := conditionEvent(c, status, found); ok {
+		var status corev1.ConditionStatus
+		i := slices.IndexFunc(before, func(b condition) bool { return b.typ == c.typ })
+		if i >= 0 {
+			status = before[i].status
+		}
+		if reason, ok := conditionEvent(c, status, i >= 0); ok {
 			reasons = append(reasons, reason)
 		}
 	}
 	return reasons
+}
+
+// reportedConditions are the types and statuses of node's conditions.
+func reportedConditions(node *corev1.Node) []condition {
+	out := make([]condition, len(node.Status.Conditions))
+	for i, c := range node.Status.Conditions {
+		out[i] = condition{typ: c.Type, status: c.Status}
+	}
+	return out
 }
 
 // schedulableEvent is the reason a kubelet records when it sees spec.unschedulable change.

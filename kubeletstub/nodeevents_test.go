@@ -17,12 +17,8 @@ import (
 // event recorded twice twice, sorted.
 func (tf *testFleet) nodeEvents(t *testing.T, node string) []string {
 	t.Helper()
-	evs, err := tf.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("list events: %v", err)
-	}
 	var out []string
-	for _, e := range evs.Items {
+	for _, e := range tf.listEvents(t) {
 		if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != node {
 			continue
 		}
