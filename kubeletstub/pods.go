@@ -183,6 +183,9 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	)
 	if rec.rejected == nil && rec.sandboxAt.IsZero() {
 		sandbox = c.createSandbox(pod, rec, f, n.tmpl.StartDelay, now)
+		if sandbox != "" && rec.sandboxEventDue(sandbox, now) {
+			c.events.event(n, pod, corev1.EventTypeWarning, reasonFailedCreatePodSandBox, sandbox)
+		}
 	}
 	switch {
 	case rec.rejected != nil:
@@ -220,9 +223,7 @@ func (c *podController) sync(ctx context.Context, key string) (time.Time, error)
 	switch {
 	case rec.rejected != nil:
 		c.events.event(n, pod, corev1.EventTypeWarning, rec.rejected.reason, rec.rejected.message)
-	case sandbox != "":
-		c.events.event(n, pod, corev1.EventTypeWarning, reasonFailedCreatePodSandBox, sandbox)
-	default:
+	case sandbox == "": // a failed sandbox's event is recorded with each try, above
 		c.pullEvents(n, pod, &pod.Status, &want)
 		c.recordContainerEvents(n, pod, n.startEvents(pod, &pod.Status, &want), now)
 	}

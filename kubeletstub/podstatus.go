@@ -32,8 +32,26 @@ type podRecord struct {
 	// its runtime handler (waitedForSandbox).
 	sandboxAt        time.Time
 	waitedForSandbox bool
-	stopped          bool
-	written          *corev1.PodStatus
+	// sandboxEvent and sandboxEventAt are the message and time of the last
+	// FailedCreatePodSandBox event recorded for the pod.
+	sandboxEvent   string
+	sandboxEventAt time.Time
+	stopped        bool
+	written        *corev1.PodStatus
+}
+
+// sandboxEventDue reports whether a failed sandbox creation with message is recorded now,
+// and notes it if so. A kubelet records FailedCreatePodSandBox at every failed sync, whether
+// the pod's status changes or not: the status of a pod without a sandbox says only
+// ContainerCreating, so the event is what tells a missing handler from a RuntimeClass the
+// kubelet had not seen yet. The stub also syncs a waiting pod when its own status write comes
+// back, which a kubelet does not, so the same message is recorded at most once per retry.
+func (rec *podRecord) sandboxEventDue(message string, now time.Time) bool {
+	if message == rec.sandboxEvent && now.Sub(rec.sandboxEventAt) < sandboxRetryInterval {
+		return false
+	}
+	rec.sandboxEvent, rec.sandboxEventAt = message, now
+	return true
 }
 
 func ts(t time.Time) metav1.Time { return metav1.NewTime(t).Rfc3339Copy() }

@@ -2,6 +2,8 @@ package kubeletstub
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -104,4 +106,60 @@ func (q *timerQueue[T]) dueAt(key T) (time.Time, bool) {
 		return e.readyAt, true
 	}
 	return time.Time{}, false
+}
+
+// TestSandboxEventsNameEachCause: a kubelet records FailedCreatePodSandBox at each failed
+// try, so a pod that first found no RuntimeClass and then a class whose handler the node
+// lacks shows both causes, and a cause that lasts is counted at each retry, not at each of
+// the stub's own status writes.
+func TestSandboxEventsNameEachCause(t *testing.T) {
+	cfg := testConfig(1)
+	cfg.RecordEvents = true
+	tf := newTestFleet(t, cfg)
+	tf.waitReady(t)
+	pod := newPod(podSpec{name: "p", node: "n-0"})
+	pod.Spec.RuntimeClassName = ptr("late")
+	tf.createPod(t, pod)
+
+	notFound := `Failed to create pod sandbox: failed to get sandbox runtime handler: RuntimeClass "late": runtimeclass.node.k8s.io "late" not found`
+	noHandler := `Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "kata" is configured`
+	tf.waitSandboxEvents(t, "p", map[string]int32{notFound: 1})
+	poll.Until(t, waitTimeout, "p synced after its status write", func() bool {
+		return len(tf.pod(t, "p").Status.ContainerStatuses) == 1 && tf.pods.queue.Len() == 0
+	})
+	tf.waitSandboxEvents(t, "p", map[string]int32{notFound: 1})
+
+	class := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Handler: "kata"}
+	if _, err := tf.client.NodeV1().RuntimeClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, waitTimeout, "the class in the stub's cache", func() bool {
+		_, err := tf.pods.classLister.Get("late")
+		return err == nil
+	})
+	tf.clock.Step(sandboxRetryInterval)
+	tf.waitSandboxEvents(t, "p", map[string]int32{notFound: 1, noHandler: 1})
+	tf.clock.Step(sandboxRetryInterval)
+	tf.waitSandboxEvents(t, "p", map[string]int32{notFound: 1, noHandler: 2})
+}
+
+// waitSandboxEvents waits until pod's FailedCreatePodSandBox events are want, by message
+// and count.
+func (tf *testFleet) waitSandboxEvents(t *testing.T, pod string, want map[string]int32) {
+	t.Helper()
+	poll.UntilErr(t, waitTimeout, "the FailedCreatePodSandBox events of "+pod, func() (bool, error) {
+		got := map[string]int32{}
+		for _, e := range tf.listEvents(t) {
+			if e.InvolvedObject.Name == pod && e.Reason == "FailedCreatePodSandBox" {
+				if e.Type != corev1.EventTypeWarning {
+					return false, fmt.Errorf("event %q of type %s", e.Message, e.Type)
+				}
+				got[e.Message] += e.Count
+			}
+		}
+		if maps.Equal(got, want) {
+			return true, nil
+		}
+		return false, fmt.Errorf("have %v, want %v", got, want)
+	})
 }
