@@ -86,16 +86,22 @@ func TestSandboxRetriesAClassNotYetSeen(t *testing.T) {
 		return ok && at.Equal(t0.Add(sandboxRetryInterval))
 	})
 
-	class := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Handler: "runc"}
+	tf.createClass(t, "late", "runc")
+	tf.clock.Step(sandboxRetryInterval)
+	tf.waitPhase(t, "p", corev1.PodRunning)
+}
+
+// createClass creates a RuntimeClass and waits until it is in the stub's cache.
+func (tf *testFleet) createClass(t *testing.T, name, handler string) {
+	t.Helper()
+	class := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Handler: handler}
 	if _, err := tf.client.NodeV1().RuntimeClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, waitTimeout, "the class in the stub's cache", func() bool {
-		_, err := tf.pods.classLister.Get("late")
+		_, err := tf.pods.classLister.Get(name)
 		return err == nil
 	})
-	tf.clock.Step(sandboxRetryInterval)
-	tf.waitPhase(t, "p", corev1.PodRunning)
 }
 
 // dueAt is when key's timer fires, if it has one.
@@ -129,14 +135,7 @@ func TestSandboxEventsNameEachCause(t *testing.T) {
 	})
 	tf.waitSandboxEvents(t, "p", map[string]int32{notFound: 1})
 
-	class := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Handler: "kata"}
-	if _, err := tf.client.NodeV1().RuntimeClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, waitTimeout, "the class in the stub's cache", func() bool {
-		_, err := tf.pods.classLister.Get("late")
-		return err == nil
-	})
+	tf.createClass(t, "late", "kata")
 	tf.clock.Step(sandboxRetryInterval)
 	tf.waitSandboxEvents(t, "p", map[string]int32{notFound: 1, noHandler: 1})
 	tf.clock.Step(sandboxRetryInterval)
