@@ -260,7 +260,8 @@ func (c *podController) createSandbox(pod *corev1.Pod, rec *podRecord, f faults,
 		switch {
 		case err != nil:
 			rec.waitedForSandbox = true
-			return fmt.Sprintf("Failed to create pod sandbox: failed to get sandbox runtime handler: RuntimeClass %q: %v", *name, err)
+			// The kubelet's message is the lookup's NotFound error as it stands.
+			return fmt.Sprintf("Failed to create pod sandbox: %v", err)
 		case !f.hasRuntimeHandler(class.Handler):
 			rec.waitedForSandbox = true
 			return fmt.Sprintf("Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for %q is configured", class.Handler)

@@ -127,7 +127,7 @@ func TestSandboxEventsNameEachCause(t *testing.T) {
 	pod.Spec.RuntimeClassName = ptr("late")
 	tf.createPod(t, pod)
 
-	notFound := `Failed to create pod sandbox: failed to get sandbox runtime handler: RuntimeClass "late": runtimeclass.node.k8s.io "late" not found`
+	notFound := `Failed to create pod sandbox: runtimeclass.node.k8s.io "late" not found`
 	noHandler := `Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "kata" is configured`
 	tf.waitSandboxEvents(t, "p", map[string]int32{notFound: 1})
 	poll.Until(t, waitTimeout, "p synced after its status write", func() bool {
