@@ -123,8 +123,12 @@ func (c *Controller) planSurge(s *syncState, nodeToPods map[string][]*corev1.Pod
 			p.numSurge++
 			continue
 		}
-		if oldPod != nil && available(oldPod) {
-			p.numAvailable++
+		// A node with an old pod is as available as that pod, even beside an available new
+		// one: the old pod is about to go, so only a node without one counts its new pod.
+		if oldPod != nil {
+			if available(oldPod) {
+				p.numAvailable++
+			}
 		} else if newPod != nil && available(newPod) {
 			p.numAvailable++
 		}
@@ -154,13 +158,13 @@ func (p *surgePlan) planOldOnly(nodeName string, oldPod *corev1.Pod, maxSurge in
 			return
 		}
 		p.allowedNew = append(p.allowedNew, nodeName)
+	case !shouldRun(nodeName):
+		// Asked before the budget: a node that no longer wants the DaemonSet is not surged,
+		// so a spent budget must not hold back the deletion of its pod.
+		p.shouldNotRunToDelete = append(p.shouldNotRunToDelete, oldPod.Name)
 	case p.numSurge >= maxSurge:
 		// The budget is spent; the node waits for a later pass.
 	default:
-		if !shouldRun(nodeName) {
-			p.shouldNotRunToDelete = append(p.shouldNotRunToDelete, oldPod.Name)
-			return
-		}
 		p.candidateNew = append(p.candidateNew, nodeName)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/dump"
@@ -343,8 +344,10 @@ func historyPatch(ds *appsv1.DaemonSet) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// apimachinery's decoder keeps integers as int64; encoding/json's float64 would round
+	// those above 2^53, and kubectl rollout undo would restore the rounded value.
 	var template map[string]any
-	if err := json.Unmarshal(raw, &template); err != nil {
+	if err := utiljson.Unmarshal(raw, &template); err != nil {
 		return nil, err
 	}
 	template["$patch"] = "replace"

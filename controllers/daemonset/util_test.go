@@ -313,12 +313,13 @@ func referenceHash(template corev1.PodTemplateSpec, collisionCount *int32) strin
 
 func TestHistoryPatch(t *testing.T) {
 	ds := newDS("web")
-	ds.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	// Above 2^53: a float64 on the way would round it.
+	ds.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1<<53 + 1)
 	got, err := historyPatch(ds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"image":"busybox:1","name":"c","resources":{}}],"restartPolicy":"Always","terminationGracePeriodSeconds":30}}}}`
+	want := `{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"image":"busybox:1","name":"c","resources":{}}],"restartPolicy":"Always","terminationGracePeriodSeconds":9007199254740993}}}}`
 	if string(got) != want {
 		t.Errorf("patch:\n got %s\nwant %s", got, want)
 	}
