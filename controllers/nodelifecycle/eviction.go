@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/miniplane/miniplane/controllers/internal/podcondition"
 	"github.com/miniplane/miniplane/controllers/placement"
 )
 
@@ -136,15 +137,28 @@ func (c *Controller) forgetEviction(key string) {
 	delete(c.evictionStart, key)
 }
 
-// evict deletes pod, as the taint eviction controller does: an event first, then a DELETE
-// guarded by the pod's UID.
+// evict deletes pod, as the taint eviction controller does: an event first, then the
+// condition DisruptionTarget (DeletionByTaintManager), so that the pod's owner and its
+// disruption budget see why it goes, then a DELETE guarded by the pod's UID.
 func (c *Controller) evict(ctx context.Context, pod *corev1.Pod) error {
 	c.logger.Info("evicting pod for an untolerated NoExecute taint", "pod", podKey(pod), "node", pod.Spec.NodeName)
 	c.evictionRecorder.Eventf(pod, corev1.EventTypeNormal, "TaintManagerEviction", "Marking for deletion Pod %s", podKey(pod))
-	uid := pod.UID
-	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
-	})
+	status := *pod.Status.DeepCopy()
+	var err error
+	if podcondition.Set(&status, corev1.PodCondition{
+		Type:    corev1.DisruptionTarget,
+		Status:  corev1.ConditionTrue,
+		Reason:  podcondition.ReasonDeletionByTaintManager,
+		Message: podcondition.MessageDeletionByTaintManager,
+	}, c.clock.Now()) {
+		err = podcondition.PatchStatus(ctx, c.client, pod, status)
+	}
+	if err == nil {
+		uid := pod.UID
+		err = c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &uid},
+		})
+	}
 	switch {
 	case err == nil:
 		c.evictions.Inc()

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
@@ -372,6 +373,18 @@ func TestTaintBasedEviction(t *testing.T) {
 		if exists(name) != want {
 			t.Fatalf("pod %s exists = %v, want %v", name, !want, want)
 		}
+	}
+	// Before its DELETE, an evicted pod is marked as the taint manager marks it.
+	var marked []string
+	for _, a := range env.client.Actions() {
+		if p, ok := a.(k8stesting.PatchActionImpl); ok && p.GetSubresource() == "status" &&
+			strings.Contains(string(p.GetPatch()), `"reason":"DeletionByTaintManager"`) &&
+			strings.Contains(string(p.GetPatch()), `"type":"DisruptionTarget"`) {
+			marked = append(marked, p.GetName())
+		}
+	}
+	if slices.Sort(marked); !slices.Equal(marked, []string{"intolerant", "negative", "noschedule-only"}) {
+		t.Errorf("pods marked DisruptionTarget before their eviction: %v", marked)
 	}
 
 	env.clock.Step(299 * time.Second)
