@@ -19,11 +19,12 @@ const (
 	ControllerNodeLifecycle    = "nodelifecycle"
 	ControllerNodeIPAM         = "nodeipam"
 	ControllerRootCAPublisher  = "root-ca-cert-publisher"
+	ControllerPodGC            = "podgc"
 )
 
 // KnownControllers lists every controller name, in start order.
 var KnownControllers = []string{ControllerDaemonSet, ControllerGarbageCollector, ControllerNodeLifecycle, ControllerNodeIPAM,
-	ControllerRootCAPublisher}
+	ControllerRootCAPublisher, ControllerPodGC}
 
 // ControllerManager configures `miniplane controller-manager` (and its part of `miniplane up`).
 type ControllerManager struct {
@@ -31,8 +32,8 @@ type ControllerManager struct {
 	Kubeconfig string `mapstructure:"kubeconfig" flag:"kubeconfig" help:"kubeconfig of the controller-manager's API credentials"`
 	// Controllers selects the controllers to run, as kube-controller-manager's flag: names,
 	// "*" for all, "-name" to drop one; default all of daemonset, garbagecollector,
-	// nodelifecycle, nodeipam (which assigns nothing unless allocate-node-cidrs is on) and
-	// root-ca-cert-publisher. Flag --controllers.
+	// nodelifecycle, nodeipam (which assigns nothing unless allocate-node-cidrs is on),
+	// root-ca-cert-publisher and podgc. Flag --controllers.
 	Controllers []string `mapstructure:"controllers" flag:"controllers" help:"controllers to run: names, \"*\" for all, \"-name\" to drop one"`
 	// FeatureGates switch features on or off, e.g. ScheduleDaemonSetPods: false; default
 	// ScheduleDaemonSetPods on. Flag --feature-gates=ScheduleDaemonSetPods=false.
@@ -80,6 +81,8 @@ type ControllerManager struct {
 	NodeLifecycle NodeLifecycleController `mapstructure:"nodelifecycle"`
 	// NodeIPAM configures the node IPAM controller (pod CIDRs of the Nodes).
 	NodeIPAM NodeIPAMController `mapstructure:"nodeipam"`
+	// PodGC configures the pod garbage collector.
+	PodGC PodGCController `mapstructure:"podgc"`
 }
 
 // LeaderElection configures client-go leader election on a coordination.k8s.io Lease.
@@ -173,6 +176,14 @@ type NodeLifecycleController struct {
 	Workers int `mapstructure:"workers"`
 }
 
+// PodGCController configures the pod garbage collector (a section of ControllerManager).
+type PodGCController struct {
+	// TerminatedPodGCThreshold is how many terminated (Succeeded or Failed) pods may exist
+	// before the oldest are deleted; 0 keeps them all. Default 12500, as
+	// kube-controller-manager. Flag --terminated-pod-gc-threshold.
+	TerminatedPodGCThreshold int `mapstructure:"terminated-pod-gc-threshold" flag:"terminated-pod-gc-threshold" help:"terminated pods kept before the oldest are deleted (0: keep all)"`
+}
+
 // DefaultControllerManager returns the defaults.
 func DefaultControllerManager() ControllerManager {
 	return ControllerManager{
@@ -186,6 +197,7 @@ func DefaultControllerManager() ControllerManager {
 		GarbageCollector: DefaultGarbageCollectorController(),
 		NodeLifecycle:    DefaultNodeLifecycleController(),
 		NodeIPAM:         DefaultNodeIPAMController(),
+		PodGC:            PodGCController{TerminatedPodGCThreshold: 12500},
 
 		// As kubeadm runs kube-controller-manager: the bootstrap policy binds each
 		// controller's role to its ServiceAccount.
@@ -275,7 +287,13 @@ func (c ControllerManager) Validate() error {
 	if err := c.NodeLifecycle.Validate(); err != nil {
 		return within("nodelifecycle", err)
 	}
-	return within("nodeipam", c.NodeIPAM.Validate())
+	if err := c.NodeIPAM.Validate(); err != nil {
+		return within("nodeipam", err)
+	}
+	if c.PodGC.TerminatedPodGCThreshold < 0 {
+		return within("podgc", invalid("terminated-pod-gc-threshold", "must not be negative (0 keeps every terminated pod)"))
+	}
+	return nil
 }
 
 // DefaultGarbageCollectorController returns kube-controller-manager's defaults.

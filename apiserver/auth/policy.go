@@ -33,7 +33,7 @@ const (
 // controller-manager's controllers act as (with --use-service-account-credentials), each
 // bound to the role system:controller:<name>.
 var ControllerServiceAccounts = []string{"daemon-set-controller", "generic-garbage-collector", "node-controller",
-	"root-ca-cert-publisher"}
+	"root-ca-cert-publisher", "pod-garbage-collector"}
 
 // Verb sets of the bootstrap roles.
 var (
@@ -231,6 +231,10 @@ func controllerRoles() []rbacv1.ClusterRole {
 		role("root-ca-cert-publisher",
 			core(verbs("create", "update"), "configmaps"),
 			eventsRule()),
+		role("pod-garbage-collector",
+			core(verbs("list", "watch", "delete"), "pods"),
+			core(verbs("get", "list"), "nodes"),
+			core(verbs("patch"), "pods/status")),
 	}
 }
 

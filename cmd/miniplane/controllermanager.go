@@ -17,11 +17,13 @@ func newControllerManagerCommand() *cobra.Command {
 	var proc *processBinding
 	cmd := &cobra.Command{
 		Use:   "controller-manager --kubeconfig FILE [--controllers daemonset,garbagecollector,nodelifecycle] [--leader-elect] [--config FILE]",
-		Short: "Run the DaemonSet controller, the garbage collector and the node lifecycle controller",
+		Short: "Run the DaemonSet controller, the garbage collectors, node lifecycle and the other controllers",
 		Long: `Run the controllers as an API client: the DaemonSet controller, the garbage collector
-(ownerReference cascades, foreground and orphan deletion) and the node lifecycle controller
-(heartbeat timeouts, condition taints, taint-based eviction). With --leader-elect, replicas
-elect one active instance through the Lease kube-system/kube-controller-manager.
+(ownerReference cascades, foreground and orphan deletion), the node lifecycle controller
+(heartbeat timeouts, condition taints, taint-based eviction), node IPAM (pod CIDRs), the root
+CA publisher (kube-root-ca.crt) and the pod garbage collector (pods of deleted Nodes, terminated
+pods over --terminated-pod-gc-threshold). With --leader-elect, replicas elect one active
+instance through the Lease kube-system/kube-controller-manager.
 Serves /healthz, /readyz and /metrics on --health-listen.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

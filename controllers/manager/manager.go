@@ -32,6 +32,7 @@ import (
 	"github.com/miniplane/miniplane/controllers/internal/component"
 	"github.com/miniplane/miniplane/controllers/nodeipam"
 	"github.com/miniplane/miniplane/controllers/nodelifecycle"
+	"github.com/miniplane/miniplane/controllers/podgc"
 	"github.com/miniplane/miniplane/controllers/rootcapublisher"
 )
 
@@ -53,6 +54,7 @@ var controllerServiceAccounts = map[string]string{
 	// As in kube-controller-manager, node IPAM acts with the node controller's credentials.
 	nodeipam.UserAgent:        "node-controller",
 	rootcapublisher.UserAgent: "root-ca-cert-publisher",
+	podgc.UserAgent:           "pod-garbage-collector",
 }
 
 // ControllerServiceAccounts are the ServiceAccounts in kube-system the controllers act
@@ -359,6 +361,16 @@ func newController(name string, cfg configs.ControllerManager, factory informers
 			return controller{}, err
 		}
 		return controller{name: name, run: p.Run}, nil
+	case configs.ControllerPodGC:
+		client, err := newClient(podgc.UserAgent)
+		if err != nil {
+			return controller{}, err
+		}
+		gc, err := podgc.New(cfg.PodGC, podgc.Options{Client: client, Informers: factory, Clock: clk, Logger: logger})
+		if err != nil {
+			return controller{}, err
+		}
+		return controller{name: name, run: gc.Run}, nil
 	}
 	return controller{}, fmt.Errorf("unknown controller %q", name)
 }
@@ -383,6 +395,10 @@ var typedInformersOf = map[string][]schema.GroupVersionResource{
 	configs.ControllerRootCAPublisher: {
 		corev1.SchemeGroupVersion.WithResource("namespaces"),
 		corev1.SchemeGroupVersion.WithResource("configmaps"),
+	},
+	configs.ControllerPodGC: {
+		corev1.SchemeGroupVersion.WithResource("pods"),
+		corev1.SchemeGroupVersion.WithResource("nodes"),
 	},
 }
 
