@@ -27,11 +27,13 @@ var rules = []rule{
 	{from: "controllers/placement", banned: []string{""}, allowed: []string{"configs"}},
 	{from: "controllers/daemonset", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal/worker"}},
 	{from: "controllers/garbagecollector", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal/worker"}},
-	{from: "controllers/nodelifecycle", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal/worker"}},
+	{from: "controllers/nodelifecycle", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal/worker", "controllers/internal/podcondition"}},
+	{from: "controllers/podgc", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/internal/podcondition"}},
 	{from: "controllers/scheduler", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}, allowed: []string{"controllers/placement", "controllers/internal"}},
 	{from: "controllers/manager", banned: []string{"store", "apiserver", "kubeletstub"}},
-	// Shared plumbing of the controller processes: clients, health endpoints, election; and
-	// the worker loop every controller runs over its queue (controllers/internal/worker).
+	// Shared plumbing of the controller processes: clients, health endpoints, election; the
+	// worker loop every controller runs over its queue (controllers/internal/worker); the
+	// pod condition written before a controller deletes a pod (controllers/internal/podcondition).
 	{from: "controllers/internal", banned: []string{"store", "apiserver", "controllers", "kubeletstub"}},
 	// The kubelet stub admits pods with the same placement checks the scheduler uses, as a
 	// real kubelet runs the scheduler's predicates on admission.
