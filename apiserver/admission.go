@@ -27,10 +27,11 @@ import (
 // Admission runs between decoding and storage, in the order kube-apiserver runs the plugins
 // miniplane has: NamespaceLifecycle (checkNamespaceOpen, before everything), then the
 // mutating ServiceAccount, Priority, RuntimeClass, DefaultStorageClass and DefaultIngressClass
-// plugins, then the kind's own validation, then the
+// plugins and the mutating admission webhooks, then the kind's own validation, then the
 // validating plugins: RBAC's escalation check (which kube-apiserver makes in the RBAC
-// kinds' storage) and ResourceQuota, which charges the quota last, so that nothing refused
-// later has been counted. Updates run the validating plugins only.
+// kinds' storage), the validating admission webhooks and ResourceQuota, which charges the
+// quota last, so that nothing refused later has been counted. Updates run the mutating
+// webhooks (applyUpdate) and the validating plugins; deletes the webhooks of both kinds.
 
 // admissionOp is the operation being admitted.
 type admissionOp string
@@ -38,6 +39,7 @@ type admissionOp string
 const (
 	opCreate admissionOp = "CREATE"
 	opUpdate admissionOp = "UPDATE"
+	opDelete admissionOp = "DELETE"
 )
 
 // admissionPhase says whether a plugin may change the object (mutating, before
@@ -53,9 +55,11 @@ const (
 type admission struct {
 	op              admissionOp
 	res             *resource
-	obj, old        runtime.Object // old is nil on create
+	obj, old        runtime.Object // old is nil on create, obj on delete
 	namespace, name string
-	dryRun          bool
+	// subresource is the subresource written ("status"), "" for the object itself.
+	subresource string
+	dryRun      bool
 }
 
 // is reports whether the write is to the resource group/name (its main resource).
@@ -79,8 +83,10 @@ var admissionPlugins = []admissionPlugin{
 	{name: "RuntimeClass", phase: mutating, admit: admitRuntimeClass},
 	{name: "DefaultStorageClass", phase: mutating, admit: admitDefaultStorageClass},
 	{name: "DefaultIngressClass", phase: mutating, admit: admitDefaultIngressClass},
+	{name: "MutatingAdmissionWebhook", phase: mutating, admit: admitWebhooksOnCreate},
 	{name: "RuntimeClass", phase: validating, admit: validateRuntimeClassOverhead},
 	{name: "RBACEscalation", phase: validating, admit: admitRBACEscalation},
+	{name: "ValidatingAdmissionWebhook", phase: validating, admit: validateWebhooks},
 	{name: "ResourceQuota", phase: validating, admit: admitQuota},
 }
 
@@ -388,8 +394,10 @@ func (s *Server) afterCreate(ctx context.Context, res *resource, obj runtime.Obj
 	if note := res.noControllerNote(); note != "" {
 		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NoController", note)
 	}
-	if res.inertNote != "" {
-		s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NotEnforced", res.inertNote)
+	if res.inertNote != nil {
+		if note := res.inertNote(obj); note != "" {
+			s.recordEvent(ctx, res, obj, corev1.EventTypeWarning, "NotEnforced", note)
+		}
 	}
 }
 

@@ -157,6 +157,9 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 			}
 		}
 		m, _ := meta.Accessor(cur)
+		if err := s.admitDelete(ctx, res, cur, namespace, name, dryRun); err != nil {
+			return nil, err
+		}
 		if res.checkDelete != nil {
 			if err := res.checkDelete(cur); err != nil {
 				return nil, apierrors.NewForbidden(res.groupResource(), name, err)

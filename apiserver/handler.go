@@ -130,14 +130,14 @@ func (c *call) key(namespace, name string) string {
 }
 
 // writeWarning is what a write answers with for a kind that is stored but not acted on:
-// webhook configurations that are never called, and kinds no controller of miniplane runs
-// (the latter for writes of the object itself, not of its status or scale).
-func (c *call) writeWarning() string {
+// webhook configurations with webhooks that are not called, and kinds no controller of
+// miniplane runs (the latter for writes of the object itself, not of its status or scale).
+func (c *call) writeWarning(obj runtime.Object) string {
 	if c.r.Method == http.MethodGet || c.r.Method == http.MethodDelete {
 		return ""
 	}
-	if note := c.info.res.inertNote; note != "" {
-		return note
+	if inert := c.info.res.inertNote; inert != nil {
+		return inert(obj)
 	}
 	if c.info.subresource != "" {
 		return ""
@@ -148,7 +148,7 @@ func (c *call) writeWarning() string {
 // respond writes one object in the negotiated shape. co, when given, is obj as the watch
 // cache holds it, with its encodings made once.
 func (c *call) respond(code int, obj runtime.Object, co *cachedObject) {
-	if note := c.writeWarning(); note != "" {
+	if note := c.writeWarning(obj); note != "" {
 		if h, err := utilnet.NewWarningHeader(299, "-", note); err == nil {
 			c.w.Header().Add("Warning", h)
 		}

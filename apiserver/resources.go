@@ -180,11 +180,11 @@ type resource struct {
 	// notRunEffect says what the missing controller would have done, for that event;
 	// empty means "no pods are created for it".
 	notRunEffect string
-	// inertNote, when set, says that objects of this kind are stored but change nothing
-	// (webhook configurations: miniplane calls no webhooks). Every write of one answers
-	// with it as a Warning header, which kubectl prints, and a new one gets it as a
-	// Warning event.
-	inertNote string
+	// inertNote, when set, says what of an object of this kind is stored but changes
+	// nothing (a webhook configuration's webhooks that name a Service, which miniplane does
+	// not call), or "". Every write of such an object answers with it as a Warning header,
+	// which kubectl prints, and a new one gets it as a Warning event.
+	inertNote func(runtime.Object) string
 
 	// view, when set, serves this resource from another's stored objects (events.k8s.io/v1
 	// Events from the core/v1 ones); see storageView.
@@ -587,12 +587,12 @@ func admissionResources() []*resource {
 			singular: "validatingwebhookconfiguration", categories: []string{"api-extensions"}, newFunc: newVWC, newListFunc: newVWCList,
 			strategy: webhookConfigurationStrategy[*admissionregistrationv1.ValidatingWebhookConfiguration]{validatingWebhookConfigurationRules,
 				func(c *admissionregistrationv1.ValidatingWebhookConfiguration) any { return c.Webhooks }},
-			tracksGeneration: true, inertNote: webhooksNotCalled},
+			tracksGeneration: true, inertNote: unreachableWebhooks},
 		{group: group, version: "v1", name: "mutatingwebhookconfigurations", kind: "MutatingWebhookConfiguration",
 			singular: "mutatingwebhookconfiguration", categories: []string{"api-extensions"}, newFunc: newMWC, newListFunc: newMWCList,
 			strategy: webhookConfigurationStrategy[*admissionregistrationv1.MutatingWebhookConfiguration]{mutatingWebhookConfigurationRules,
 				func(c *admissionregistrationv1.MutatingWebhookConfiguration) any { return c.Webhooks }},
-			tracksGeneration: true, inertNote: webhooksNotCalled},
+			tracksGeneration: true, inertNote: unreachableWebhooks},
 	}
 }
 

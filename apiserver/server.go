@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -56,6 +57,8 @@ type Server struct {
 	// services hands out Services' cluster IPs and node ports.
 	services *serviceAllocator
 	quota    *quotaTracker
+	// webhooks calls the admission webhooks; nil until Start.
+	webhooks atomic.Pointer[admissionWebhooks]
 	budgets  *budgetTracker
 	crds     *crdController
 	// labels name each request's resource and verb in CPU profiles.
@@ -356,6 +359,11 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
 		}
 	}
+	webhooks, err := s.startAdmissionWebhooks(ctx)
+	if err != nil {
+		return err
+	}
+	s.webhooks.Store(webhooks)
 	if err := s.bootstrap(ctx); err != nil {
 		return err
 	}

@@ -23,15 +23,10 @@ import (
 )
 
 // Webhook configurations come with the operators and node agents that publish them beside
-// their DaemonSet (a load balancer's speaker, a service mesh's CNI agent, a policy engine).
-// miniplane stores and serves them with kube-apiserver's defaults and validation, so that
-// such a manifest applies whole, but it calls no webhook: their servers would be pods, and
-// stub pods run no server. docs/kinds-and-admission.md says more.
-
-// webhooksNotCalled is the warning every write of a webhook configuration answers with,
-// and the event a new one gets.
-const webhooksNotCalled = "miniplane stores webhook configurations but calls no admission webhook: " +
-	"writes are admitted as if this configuration did not exist"
+// their DaemonSet (a load balancer's speaker, a service mesh's CNI agent, a policy engine),
+// and with the controllers users test against miniplane. They are stored and served with
+// kube-apiserver's defaults and validation; the webhooks reached by url are called
+// (webhooks.go), those that name a Service are not. docs/kinds-and-admission.md says more.
 
 // maxMatchConditions bounds a webhook's matchConditions, as upstream does.
 const maxMatchConditions = 64

@@ -236,8 +236,17 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 		if !opts.applied && opts.manager != "" {
 			next = c.s.trackWrite(res, c.info.subresource, before, next, opts.manager)
 		}
-		if err := c.s.admit(ctx, &admission{op: opUpdate, res: res, obj: next, old: cur,
-			namespace: c.info.namespace, name: c.info.name, dryRun: dryRun}, validating); err != nil {
+		a := &admission{op: opUpdate, res: res, obj: next, old: cur, subresource: c.info.subresource,
+			namespace: c.info.namespace, name: c.info.name, dryRun: dryRun}
+		if ran, err := c.s.admitMutatingWebhooks(ctx, a); err != nil {
+			return nil, err
+		} else if ran {
+			// What a webhook changed is prepared and validated as the client's change is.
+			if err := c.s.prepareUpdate(res, next, cur, c.info.sub, c.info.name, c.s.clock.Now()); err != nil {
+				return nil, err
+			}
+		}
+		if err := c.s.admit(ctx, a, validating); err != nil {
 			return nil, err
 		}
 		last = next
