@@ -2,12 +2,14 @@
 // write them, tested against miniplane's harness from a module of its own: it keeps one
 // ConfigMap per Widget (a custom resource) with server-side apply, reports what it did in
 // the Widget's status, and records an event (events.k8s.io/v1, through the manager's
-// GetEventRecorder) each time it applies.
+// GetEventRecorder) each time it applies. Its admission webhooks, served by the manager's
+// webhook server, default a Widget's size and refuse sizes that are too large.
 package widgetoperator
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // WidgetKind is the custom resource the operator reconciles.
@@ -68,4 +71,45 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	w := &unstructured.Unstructured{}
 	w.SetGroupVersionKind(WidgetKind)
 	return ctrl.NewControllerManagedBy(mgr).For(w).Owns(&corev1.ConfigMap{}).Named("widget").Complete(r)
+}
+
+// MaxSize is the largest size the operator's validating webhook admits.
+const MaxSize = 10
+
+// Default is the operator's mutating webhook: a Widget that gives no size gets size 1.
+func Default(_ context.Context, req admission.Request) admission.Response {
+	w := &unstructured.Unstructured{}
+	if err := w.UnmarshalJSON(req.Object.Raw); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if _, found, _ := unstructured.NestedInt64(w.Object, "spec", "size"); found {
+		return admission.Allowed("")
+	}
+	if err := unstructured.SetNestedField(w.Object, int64(1), "spec", "size"); err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	defaulted, err := w.MarshalJSON()
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, defaulted)
+}
+
+// Validate is the operator's validating webhook: sizes above MaxSize are refused.
+func Validate(_ context.Context, req admission.Request) admission.Response {
+	w := &unstructured.Unstructured{}
+	if err := w.UnmarshalJSON(req.Object.Raw); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size"); size > MaxSize {
+		return admission.Denied(fmt.Sprintf("spec.size %d is above %d", size, MaxSize))
+	}
+	return admission.Allowed("")
+}
+
+// SetupWebhooks serves Default at /default-widget and Validate at /validate-widget on the
+// manager's webhook server.
+func SetupWebhooks(mgr ctrl.Manager) {
+	mgr.GetWebhookServer().Register("/default-widget", &admission.Webhook{Handler: admission.HandlerFunc(Default)})
+	mgr.GetWebhookServer().Register("/validate-widget", &admission.Webhook{Handler: admission.HandlerFunc(Validate)})
 }
