@@ -17,6 +17,7 @@ import (
 	mutatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
 	validatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -81,10 +82,12 @@ func (s *Server) startAdmissionWebhooks(ctx context.Context) (*admissionWebhooks
 	for _, p := range []interface {
 		SetExternalKubeClientSet(kubernetes.Interface)
 		SetExternalKubeInformerFactory(informers.SharedInformerFactory)
+		SetUnconditionalAuthorizer(authorizer.UnconditionalAuthorizer)
 		ValidateInitialization() error
 	}{w.mutating, w.validating} {
 		p.SetExternalKubeClientSet(namespaces)
 		p.SetExternalKubeInformerFactory(factory)
+		p.SetUnconditionalAuthorizer(webhookAuthorizer{s: s})
 		if err := p.ValidateInitialization(); err != nil {
 			return nil, err
 		}
@@ -231,7 +234,32 @@ func (c namespaceClient) Get(ctx context.Context, name string, _ metav1.GetOptio
 	return obj.(*corev1.Namespace).DeepCopy(), nil
 }
 
-// webhookAttributes describes a write to the plugins, as kube-apiserver's handlers do.
+// webhookAuthorizer answers the `authorizer` of match conditions with the server's own
+// authorizers, as a SubjectAccessReview would be answered.
+type webhookAuthorizer struct{ s *Server }
+
+func (w webhookAuthorizer) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	info := a.GetUser()
+	if info == nil {
+		return authorizer.DecisionNoOpinion, "no user", nil
+	}
+	u := &auth.User{Name: info.GetName(), UID: info.GetUID(), Groups: info.GetGroups(), Extra: info.GetExtra()}
+	attrs := auth.Attributes{Verb: a.GetVerb(), NonResourcePath: a.GetPath()}
+	if a.IsResourceRequest() {
+		attrs = auth.Attributes{Verb: a.GetVerb(), Group: a.GetAPIGroup(), Resource: a.GetResource(),
+			Subresource: a.GetSubresource(), Namespace: a.GetNamespace(), Name: a.GetName()}
+	}
+	switch d, reason := w.s.authorize(u, attrs); d {
+	case auth.Allow, auth.NodeObjectCheck:
+		return authorizer.DecisionAllow, reason, nil
+	case auth.Deny:
+		return authorizer.DecisionDeny, reason, nil
+	default:
+		return authorizer.DecisionNoOpinion, reason, nil
+	}
+}
+
+// attributes describes a write to the plugins, as kube-apiserver's handlers do.
 func (w *admissionWebhooks) attributes(ctx context.Context, a *admission) genericadmission.Attributes {
 	var op genericadmission.Operation
 	var options runtime.Object

@@ -14,8 +14,11 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/miniplane/miniplane/internal/credentials"
@@ -142,7 +145,8 @@ func downURL(t *testing.T) string {
 // TestAdmissionWebhooks: the webhooks of both kinds reached by url are called on create,
 // update and delete, with the caller's identity; what a mutating webhook adds is defaulted
 // and stored, a validating webhook's refusal is the client's 403 and nothing is stored;
-// namespace selectors, failure policies and dry runs are honoured; a webhook that names a
+// namespace selectors, match conditions (with the authorizer), failure policies and dry runs
+// are honoured; a webhook that names a
 // Service is not called; a deleted configuration stops being called.
 func TestAdmissionWebhooks(t *testing.T) {
 	env := newEnv(t)
@@ -282,6 +286,50 @@ func TestAdmissionWebhooks(t *testing.T) {
 		_, err = c.CoreV1().ConfigMaps("plain").Patch(ctx, "locked", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"lock":null}}}`), metav1.PatchOptions{})
 		check(t, err)
 		check(t, c.CoreV1().ConfigMaps("plain").Delete(ctx, "locked", metav1.DeleteOptions{}))
+	})
+
+	t.Run("match conditions", func(t *testing.T) {
+		// Called only for writers who may list secrets: the administrator, not jane, who
+		// may only create ServiceAccounts in "plain".
+		hook := admissionregistrationv1.ValidatingWebhook{
+			Name: "trusted.hooks.example.io", ClientConfig: urlHook(hooks, "/validate"),
+			Rules: rule([]string{"serviceaccounts"}, admissionregistrationv1.Create),
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "may-list-secrets",
+				Expression: `authorizer.group('').resource('secrets').namespace('plain').check('list').allowed()`}},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}
+		cfg := validatingConfig(hook)
+		cfg.Name = "trusted"
+		_, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
+		check(t, err)
+		_, err = c.RbacV1().Roles("plain").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "sa-maker"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"create"}}}}, metav1.CreateOptions{})
+		check(t, err)
+		_, err = c.RbacV1().RoleBindings("plain").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "jane"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "sa-maker"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "jane"}}}, metav1.CreateOptions{})
+		check(t, err)
+		asJane := rest.CopyConfig(env.AdminConfig)
+		asJane.Impersonate = rest.ImpersonationConfig{UserName: "jane"}
+		jane, err := kubernetes.NewForConfig(asJane)
+		check(t, err)
+
+		sa := func(name string) *corev1.ServiceAccount {
+			return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: name}}
+		}
+		i := 0
+		eventually(t, "the webhook to refuse the administrator's reserved name", func() (bool, error) {
+			i++
+			_, err := c.CoreV1().ServiceAccounts("plain").Create(ctx, sa(fmt.Sprintf("forbidden-admin-%d", i)), metav1.CreateOptions{})
+			return apierrors.IsForbidden(err), err
+		})
+		_, err = jane.CoreV1().ServiceAccounts("plain").Create(ctx, sa("forbidden-jane"), metav1.CreateOptions{})
+		check(t, err)
+		if got := hooks.seen("forbidden-jane"); len(got) != 0 {
+			t.Errorf("the webhook was called for jane, whose writes its condition excludes: %+v", got)
+		}
+		check(t, c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "trusted", metav1.DeleteOptions{}))
 	})
 
 	t.Run("failure policy", func(t *testing.T) {
