@@ -83,12 +83,26 @@ func (c *call) delete() {
 		c.fail(err)
 		return
 	}
-	obj, deleted, err := c.s.deleteOne(c.r.Context(), c.info.res, c.info.namespace, c.info.name, opts, c.authorizeNodeObject)
+	obj, deleted, err := c.s.deleteOne(c.r.Context(), c.info.res, c.info.namespace, c.info.name, opts, c.admitDeleteOf(opts))
 	if err != nil {
 		c.fail(err)
 		return
 	}
 	c.respondDeleted(obj, deleted)
+}
+
+// admitDeleteOf is what a client's delete checks of the object it is about to delete, on
+// each attempt: that a node deletes only its own, then the admission webhooks. The deletes
+// the server makes itself (an eviction's, a definition's custom resources, a namespace's
+// contents) are not sent to the webhooks; kube-apiserver sends none of the first two either.
+func (c *call) admitDeleteOf(opts *metav1.DeleteOptions) func(runtime.Object) error {
+	return func(obj runtime.Object) error {
+		if err := c.authorizeNodeObject(obj); err != nil {
+			return err
+		}
+		m, _ := meta.Accessor(obj)
+		return c.s.admitDelete(c.r.Context(), c.info.res, obj, m.GetNamespace(), m.GetName(), len(opts.DryRun) > 0)
+	}
 }
 
 func (c *call) respondDeleted(obj runtime.Object, deleted bool) {
@@ -157,9 +171,6 @@ func (s *Server) deleteObject(ctx context.Context, res *resource, namespace, nam
 			}
 		}
 		m, _ := meta.Accessor(cur)
-		if err := s.admitDelete(ctx, res, cur, namespace, name, dryRun); err != nil {
-			return nil, err
-		}
 		if res.checkDelete != nil {
 			if err := res.checkDelete(cur); err != nil {
 				return nil, apierrors.NewForbidden(res.groupResource(), name, err)
@@ -297,7 +308,7 @@ func (c *call) deleteCollection() {
 	items, _ := c.info.res.cache.list(filter)
 	var deleted []*cachedObject
 	for _, it := range items {
-		if _, _, err := c.s.deleteOne(c.r.Context(), c.info.res, it.namespace, it.name, opts, c.authorizeNodeObject); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, _, err := c.s.deleteOne(c.r.Context(), c.info.res, it.namespace, it.name, opts, c.admitDeleteOf(opts)); err != nil && !errors.Is(err, store.ErrNotFound) {
 			c.fail(err)
 			return
 		}

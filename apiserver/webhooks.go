@@ -338,8 +338,8 @@ func validateWebhooks(s *Server, ctx context.Context, a *admission) error {
 	return w.validating.Validate(ctx, attrs, w.objects)
 }
 
-// admitDelete sends a delete to the webhooks of both kinds, with the stored object as the
-// old one, as kube-apiserver's delete handler does; neither can change it.
+// admitDelete sends a client's delete to the webhooks of both kinds, with the stored object
+// as the old one, as kube-apiserver's delete handler does; neither can change it.
 func (s *Server) admitDelete(ctx context.Context, res *resource, cur runtime.Object, namespace, name string, dryRun bool) error {
 	if !s.webhooks.Load().called(ctx) {
 		return nil

@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -174,7 +175,8 @@ func TestAdmissionWebhooks(t *testing.T) {
 	_, err = c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validatingConfig(
 		admissionregistrationv1.ValidatingWebhook{
 			Name: "validate.hooks.example.io", ClientConfig: urlHook(hooks, "/validate"),
-			Rules:                   rule([]string{"configmaps"}, all...),
+			Rules: append(rule([]string{"configmaps"}, all...),
+				rule([]string{"pods"}, admissionregistrationv1.Delete)...),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"},
 		},
@@ -286,6 +288,19 @@ func TestAdmissionWebhooks(t *testing.T) {
 		_, err = c.CoreV1().ConfigMaps("plain").Patch(ctx, "locked", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"lock":null}}}`), metav1.PatchOptions{})
 		check(t, err)
 		check(t, c.CoreV1().ConfigMaps("plain").Delete(ctx, "locked", metav1.DeleteOptions{}))
+
+		// A locked pod is not deleted by a client, but an eviction's delete is not sent to
+		// the webhooks, as kube-apiserver does not send it.
+		pod := podOn("plain", "locked", "")
+		pod.Labels = map[string]string{"lock": "on"}
+		_, err = c.CoreV1().Pods("plain").Create(ctx, pod, metav1.CreateOptions{})
+		check(t, err)
+		err = c.CoreV1().Pods("plain").Delete(ctx, "locked", metav1.DeleteOptions{})
+		expectStatus(t, err, 403, metav1.StatusReasonForbidden)
+		check(t, c.PolicyV1().Evictions("plain").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: "locked"}}))
+		if _, err := c.CoreV1().Pods("plain").Get(ctx, "locked", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the evicted pod: %v, want NotFound", err)
+		}
 	})
 
 	t.Run("match conditions", func(t *testing.T) {
