@@ -59,7 +59,9 @@ type admission struct {
 	namespace, name string
 	// subresource is the subresource written ("status"), "" for the object itself.
 	subresource string
-	dryRun      bool
+	// kind is obj's kind when it is not the resource's (a pod's Binding or Eviction).
+	kind   *schema.GroupVersionKind
+	dryRun bool
 }
 
 // is reports whether the write is to the resource group/name (its main resource).

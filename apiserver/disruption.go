@@ -68,6 +68,10 @@ func (c *call) evict() {
 		c.fail(err)
 		return
 	}
+	if err := c.admitSubresourceCreate(policyv1.SchemeGroupVersion.WithKind("Eviction"), ev, dryRun); err != nil {
+		c.fail(err)
+		return
+	}
 	opts := ev.DeleteOptions
 	if opts == nil {
 		opts = &metav1.DeleteOptions{}

@@ -45,6 +45,10 @@ func (c *call) bind() {
 		c.fail(err)
 		return
 	}
+	if err := c.admitSubresourceCreate(corev1.SchemeGroupVersion.WithKind("Binding"), binding, dryRun); err != nil {
+		c.fail(err)
+		return
+	}
 	res := c.info.res
 	key := c.key(c.info.namespace, c.info.name)
 	_, err = c.s.store.GuaranteedUpdate(c.r.Context(), key, func(cur runtime.Object) (runtime.Object, error) {

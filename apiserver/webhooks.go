@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	genericadmission "k8s.io/apiserver/pkg/admission"
 	mutatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
 	validatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
@@ -278,10 +279,14 @@ func (w *admissionWebhooks) attributes(ctx context.Context, a *admission) generi
 	case opDelete:
 		op, options = genericadmission.Delete, &metav1.DeleteOptions{TypeMeta: optionsKind("DeleteOptions"), DryRun: dryRun}
 	}
-	if a.obj != nil {
-		a.obj.GetObjectKind().SetGroupVersionKind(a.res.gvk())
+	kind := a.res.gvk()
+	if a.kind != nil {
+		kind = *a.kind
 	}
-	return genericadmission.NewAttributesRecord(a.obj, a.old, a.res.gvk(), a.namespace, a.name, a.res.gvr(),
+	if a.obj != nil {
+		a.obj.GetObjectKind().SetGroupVersionKind(kind)
+	}
+	return genericadmission.NewAttributesRecord(a.obj, a.old, kind, a.namespace, a.name, a.res.gvr(),
 		a.subresource, op, options, a.dryRun, webhookUser(stateFrom(ctx).user))
 }
 
@@ -349,4 +354,17 @@ func (s *Server) admitDelete(ctx context.Context, res *resource, cur runtime.Obj
 		return err
 	}
 	return validateWebhooks(s, ctx, a)
+}
+
+// admitSubresourceCreate sends the create of a subresource's object (a pod's Binding or
+// Eviction) to the webhooks of both kinds, before the server acts on it, as kube-apiserver's
+// create handler and the subresource's storage do. A mutating webhook may change obj.
+func (c *call) admitSubresourceCreate(kind schema.GroupVersionKind, obj runtime.Object, dryRun bool) error {
+	ctx := c.r.Context()
+	a := &admission{op: opCreate, res: c.info.res, kind: &kind, obj: obj, subresource: c.info.subresource,
+		namespace: c.info.namespace, name: c.info.name, dryRun: dryRun}
+	if _, err := c.s.admitMutatingWebhooks(ctx, a); err != nil {
+		return err
+	}
+	return validateWebhooks(c.s, ctx, a)
 }

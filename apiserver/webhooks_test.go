@@ -148,7 +148,8 @@ func downURL(t *testing.T) string {
 // and stored, a validating webhook's refusal is the client's 403 and nothing is stored;
 // namespace selectors, match conditions (with the authorizer), failure policies and dry runs
 // are honoured; a webhook that names a
-// Service is not called; a deleted configuration stops being called.
+// Service is not called; a deleted configuration stops being called. Evictions and bindings
+// are sent as the Eviction and Binding they create.
 func TestAdmissionWebhooks(t *testing.T) {
 	env := newEnv(t)
 	ctx := testCtx(t)
@@ -192,7 +193,14 @@ func TestAdmissionWebhooks(t *testing.T) {
 	configMap := func(ns, name string, labels map[string]string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
 	}
-	// The informers follow the configurations a moment after they are written.
+	// The informers follow the configurations a moment after they are written, each kind
+	// on its own.
+	probe := 0
+	eventually(t, "the mutating webhook to label a configmap", func() (bool, error) {
+		probe++
+		cm, err := c.CoreV1().ConfigMaps("hooked").Create(ctx, configMap("hooked", fmt.Sprintf("probe-%d", probe), nil), metav1.CreateOptions{})
+		return err == nil && cm.Labels["mutated-by"] == "hook", err
+	})
 	eventually(t, "the validating webhook to refuse a reserved name", func() (bool, error) {
 		_, err := c.CoreV1().ConfigMaps("plain").Create(ctx, configMap("plain", "forbidden-probe", nil), metav1.CreateOptions{})
 		return apierrors.IsForbidden(err), err
@@ -301,6 +309,45 @@ func TestAdmissionWebhooks(t *testing.T) {
 		if _, err := c.CoreV1().Pods("plain").Get(ctx, "locked", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the evicted pod: %v, want NotFound", err)
 		}
+	})
+
+	t.Run("subresources", func(t *testing.T) {
+		hook := admissionregistrationv1.ValidatingWebhook{
+			Name: "subresources.hooks.example.io", ClientConfig: urlHook(hooks, "/validate"),
+			Rules:                   rule([]string{"pods/eviction", "pods/binding"}, admissionregistrationv1.Create),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}
+		cfg := validatingConfig(hook)
+		cfg.Name = "subresources"
+		_, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{})
+		check(t, err)
+		for _, name := range []string{"forbidden-evict", "forbidden-bind"} {
+			_, err := c.CoreV1().Pods("plain").Create(ctx, podOn("plain", name, ""), metav1.CreateOptions{})
+			check(t, err)
+		}
+		eventually(t, "the webhook to refuse an eviction", func() (bool, error) {
+			err := c.PolicyV1().Evictions("plain").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: "forbidden-evict"}})
+			return apierrors.IsForbidden(err), err
+		})
+		err = c.CoreV1().Pods("plain").Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "forbidden-bind"},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}, metav1.CreateOptions{})
+		expectStatus(t, err, 403, metav1.StatusReasonForbidden)
+		for _, name := range []string{"forbidden-evict", "forbidden-bind"} {
+			pod, err := c.CoreV1().Pods("plain").Get(ctx, name, metav1.GetOptions{})
+			check(t, err)
+			if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
+				t.Errorf("pod %s was changed by a refused subresource create: node %q, deletion %v", name, pod.Spec.NodeName, pod.DeletionTimestamp)
+			}
+		}
+		kinds := map[string]string{}
+		for _, r := range append(hooks.seen("forbidden-evict"), hooks.seen("forbidden-bind")...) {
+			kinds[r.SubResource] = r.Kind.Group + "/" + r.Kind.Version + "/" + r.Kind.Kind
+		}
+		if kinds["eviction"] != "policy/v1/Eviction" || kinds["binding"] != "/v1/Binding" {
+			t.Errorf("the reviews' kinds by subresource: %v", kinds)
+		}
+		check(t, c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "subresources", metav1.DeleteOptions{}))
 	})
 
 	t.Run("match conditions", func(t *testing.T) {
