@@ -57,21 +57,16 @@ func until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestWidgetOperator(t *testing.T) {
-	ctrl.SetLogger(testr.New(t))
-	// An API server and the controller-manager, whose garbage collector removes what a
-	// deleted Widget owned.
-	cm := configs.DefaultControllerManager()
-	env := testenv.New(t, testenv.Config{ControllerManager: &cm})
+// installWidgets returns an administrator's client and its scheme (client-go's kinds and
+// CustomResourceDefinitions), with the Widget definition installed and established.
+func installWidgets(ctx context.Context, t *testing.T, env *testenv.Env) (client.Client, *runtime.Scheme) {
+	t.Helper()
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	c, err := client.New(env.AdminConfig, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +86,30 @@ func TestWidgetOperator(t *testing.T) {
 		}
 		return false
 	})
+	return c, scheme
+}
+
+// startManager runs mgr until the test ends, then stops it and reports what it returned.
+func startManager(ctx context.Context, t *testing.T, cancel context.CancelFunc, mgr ctrl.Manager) {
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+func TestWidgetOperator(t *testing.T) {
+	ctrl.SetLogger(testr.New(t))
+	// An API server and the controller-manager, whose garbage collector removes what a
+	// deleted Widget owned.
+	cm := configs.DefaultControllerManager()
+	env := testenv.New(t, testenv.Config{ControllerManager: &cm})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, scheme := installWidgets(ctx, t, env)
 
 	mgr, err := ctrl.NewManager(env.AdminConfig, ctrl.Options{Scheme: scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
@@ -101,14 +120,7 @@ func TestWidgetOperator(t *testing.T) {
 	if err := rec.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	startManager(ctx, t, cancel, mgr)
 
 	w := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "example.com/v1", "kind": "Widget",

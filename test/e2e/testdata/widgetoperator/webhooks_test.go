@@ -19,13 +19,10 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,21 +86,9 @@ func freePort(t *testing.T) int {
 func TestWidgetWebhooks(t *testing.T) {
 	ctrl.SetLogger(testr.New(t))
 	env := testenv.New(t, testenv.Config{})
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.New(env.AdminConfig, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, widgetCRD()); err != nil {
-		t.Fatal(err)
-	}
+	c, scheme := installWidgets(ctx, t, env)
 
 	certDir := t.TempDir()
 	caBundle := servingCert(t, certDir)
@@ -115,14 +100,7 @@ func TestWidgetWebhooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	widgetoperator.SetupWebhooks(mgr)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	startManager(ctx, t, cancel, mgr)
 	until(t, "the webhook server to serve", func() bool { return mgr.GetWebhookServer().StartedChecker()(nil) == nil })
 
 	url := func(path string) admissionregistrationv1.WebhookClientConfig {
