@@ -87,6 +87,9 @@ type ControlPlane struct {
 	APIServer *apiserver.Server
 	// Fleet is the in-process stub nodes, if any.
 	Fleet *kubeletstub.Fleet
+	// FleetHealthAddr is where the fleet's health listener listens, when one is configured;
+	// a configured port 0 is resolved here.
+	FleetHealthAddr net.Addr
 	// Storage is the API server's etcd.
 	Storage *Storage
 
@@ -258,7 +261,7 @@ func (cp *ControlPlane) startComponents(ctx context.Context, cfg Config, log *sl
 	}
 	cp.Fleet = fleet
 	if stub.HealthListen != "" {
-		if _, err := fleet.ServeHealth(ctx, stub.HealthListen, reg, log); err != nil {
+		if cp.FleetHealthAddr, err = fleet.ServeHealth(ctx, stub.HealthListen, reg, log); err != nil {
 			return err
 		}
 	}

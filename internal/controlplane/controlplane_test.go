@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,16 +40,6 @@ func start(t *testing.T, cfg Config) *ControlPlane {
 	}
 	t.Cleanup(cp.Stop)
 	return cp
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // TestHonoursEveryPath: the certificates, the token file and etcd's data go where the API
@@ -113,13 +102,13 @@ func TestExternalEtcd(t *testing.T) {
 func TestStubHealthListener(t *testing.T) {
 	stub := configs.DefaultKubeletStub()
 	stub.Nodes = 2
-	stub.HealthListen = freeAddr(t)
+	stub.HealthListen = "127.0.0.1:0"
 	cp := start(t, Config{DataDir: t.TempDir(), APIServer: apiConfig(t.TempDir()), KubeletStub: &stub})
 	if !cp.Fleet.Ready() {
 		t.Fatal("Start returned before the stub nodes registered")
 	}
 	poll.UntilErr(t, 10*time.Second, "the stub's /readyz", func() (bool, error) {
-		resp, err := http.Get("http://" + stub.HealthListen + "/readyz")
+		resp, err := http.Get("http://" + cp.FleetHealthAddr.String() + "/readyz")
 		if err != nil {
 			return false, err
 		}

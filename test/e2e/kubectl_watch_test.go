@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -83,32 +81,12 @@ func kwStartUp(t *testing.T, dir string) (kubeconfig, home string) {
 	bin := ksBuild(t, dir)
 	dataDir := filepath.Join(dir, "data")
 	home = filepath.Join(dir, "home")
-	up := exec.Command(bin, "up", "--data-dir", dataDir, "--listen", ksFreePort(t), "--nodes", "3", "--log-level", "warn")
-	var upOut kwBuffer
-	up.Stdout, up.Stderr = &upOut, &upOut
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	upDone := make(chan error, 1)
-	go func() { upDone <- up.Wait() }()
-	t.Cleanup(func() {
-		_ = up.Process.Signal(os.Interrupt)
-		select {
-		case <-upDone:
-		case <-time.After(30 * time.Second):
-			_ = up.Process.Kill()
-			t.Errorf("miniplane up did not stop on SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("miniplane up output:\n%s", upOut.String())
-		}
-	})
-	kubeconfig = filepath.Join(dataDir, "kubeconfig")
+	up := startUpProcess(t, bin, dataDir, nil, "--nodes", "3", "--log-level", "warn")
 	ksEventually(t, "the kubeconfig", func() (string, bool) {
-		_, err := os.Stat(kubeconfig)
-		return upOut.String(), err == nil
+		_, err := os.Stat(up.Kubeconfig)
+		return up.Out.String(), err == nil
 	})
-	return kubeconfig, home
+	return up.Kubeconfig, home
 }
 
 // kwWatchStart runs `kubectl get pods -w -v=6` until its watch request is answered (or
@@ -120,7 +98,7 @@ func kwWatchStart(t *testing.T, kubeconfig, home string) (time.Duration, string)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "kubectl", "get", "pods", "-w", "-v=6")
 	cmd.Env = []string{"HOME=" + home, "KUBECONFIG=" + kubeconfig, "PATH=" + os.Getenv("PATH")}
-	var out kwBuffer
+	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -152,22 +130,4 @@ func kwWatchStart(t *testing.T, kubeconfig, home string) (time.Duration, string)
 		case <-tick.C:
 		}
 	}
-}
-
-// kwBuffer is a bytes.Buffer a process writes to while the test reads it.
-type kwBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *kwBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *kwBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

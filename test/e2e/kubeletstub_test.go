@@ -6,7 +6,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,16 +46,6 @@ func ksBuild(t *testing.T, dir string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-func ksFreePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // ksKubectl runs kubectl with the given kubeconfig and a private HOME, returning its output
@@ -151,27 +140,7 @@ func TestKubeletStubsUnderMiniplaneUp(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(ksUpConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	up := exec.Command(bin, "up", "--data-dir", dataDir, "--listen", ksFreePort(t), "--nodes", "3", "--config", cfgFile, "--log-level", "warn")
-	var upOut bytes.Buffer
-	up.Stdout, up.Stderr = &upOut, &upOut
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	upDone := make(chan error, 1)
-	go func() { upDone <- up.Wait() }()
-	t.Cleanup(func() {
-		_ = up.Process.Signal(os.Interrupt)
-		select {
-		case <-upDone:
-		case <-time.After(30 * time.Second):
-			_ = up.Process.Kill()
-			t.Errorf("miniplane up did not stop on SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("miniplane up output:\n%s", upOut.String())
-		}
-	})
-	kubeconfig := filepath.Join(dataDir, "kubeconfig")
+	kubeconfig := startUpProcess(t, bin, dataDir, nil, "--nodes", "3", "--config", cfgFile, "--log-level", "warn").Kubeconfig
 	kubectl := func(args ...string) string { t.Helper(); return ksMustKubectl(t, kubeconfig, home, args...) }
 
 	// Three Ready nodes with the configured labels and capacity.

@@ -1,16 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,60 +19,19 @@ import (
 	"github.com/miniplane/miniplane/internal/poll"
 )
 
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// startUp runs `miniplane up` with args and extra environment on a fresh data dir and a free
-// port, stops it with SIGINT when the test ends, and returns an admin client and its output.
+// startUp runs `miniplane up` with args and extra environment on a fresh data dir, waits
+// until it serves, and returns an admin client and its output.
 func startUp(t *testing.T, bin string, env []string, args ...string) (kubernetes.Interface, *lockedBuffer) {
 	t.Helper()
-	dataDir := filepath.Join(t.TempDir(), "data")
-	args = append([]string{"up", "--data-dir", dataDir, "--listen", ksFreePort(t)}, args...)
-	up := exec.Command(bin, args...)
-	up.Env = append(os.Environ(), env...)
-	out := &lockedBuffer{}
-	up.Stdout, up.Stderr = out, out
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
-	t.Cleanup(func() {
-		_ = up.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = up.Process.Kill()
-			t.Errorf("miniplane up did not stop on SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("miniplane up %s\n%s", strings.Join(args, " "), out.String())
-		}
-	})
-	kubeconfig := filepath.Join(dataDir, "kubeconfig")
+	up := startUpProcess(t, bin, filepath.Join(t.TempDir(), "data"), env, args...)
 	var client kubernetes.Interface
 	poll.UntilErr(t, ksTimeout, "miniplane up to write its kubeconfig and serve", func() (bool, error) {
 		select {
-		case err := <-done:
-			t.Fatalf("miniplane up exited: %v\n%s", err, out.String())
+		case err := <-up.Done:
+			t.Fatalf("miniplane up exited: %v\n%s", err, up.Out.String())
 		default:
 		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err := clientcmd.BuildConfigFromFlags("", up.Kubeconfig)
 		if err != nil {
 			return false, err
 		}
@@ -86,7 +41,7 @@ func startUp(t *testing.T, bin string, env []string, args ...string) (kubernetes
 		_, err = client.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})
 		return err == nil, err
 	})
-	return client, out
+	return client, up.Out
 }
 
 // legacyNodesConfig gives up two nodes: stub-node-0 roomy, stub-node-1 too small for the
