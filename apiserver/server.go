@@ -85,10 +85,12 @@ type Server struct {
 	mu      sync.Mutex
 	servers []*http.Server
 	addr    net.Addr
-	caPEM   []byte
-	ready   bool
-	done    chan struct{}
-	errs    chan error
+	// insecureAddr is the plain-HTTP listener's address, when there is one.
+	insecureAddr net.Addr
+	caPEM        []byte
+	ready        bool
+	done         chan struct{}
+	errs         chan error
 }
 
 // New builds a server from its configuration; Start runs it.
@@ -406,6 +408,7 @@ func (s *Server) Start(ctx context.Context) error {
 		insecure.Handler = s.serving(true)
 		s.mu.Lock()
 		s.servers = append(s.servers, insecure)
+		s.insecureAddr = iln.Addr()
 		s.mu.Unlock()
 		s.log.Warn("serving plain HTTP without authentication", "address", iln.Addr().String())
 		go func() { s.errs <- ignoreClosed(insecure.Serve(iln)) }()
@@ -476,6 +479,14 @@ func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.addr
+}
+
+// InsecureAddr is the plain-HTTP listener's address (useful with port 0), or nil when the
+// server has none.
+func (s *Server) InsecureAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.insecureAddr
 }
 
 // CAPEM returns the CA certificate clients should trust.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -176,13 +175,9 @@ func TestServiceAccountIssuerDiscovery(t *testing.T) {
 // TestInsecureListener: the opt-in plain-HTTP listener serves resources as an
 // administrator (it answered 401 to every resource request once).
 func TestInsecureListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	check(t, err)
-	addr := ln.Addr().String()
-	check(t, ln.Close())
 	api := configs.DefaultAPIServer()
-	api.InsecureListen = addr
-	testenv.New(t, testenv.Config{APIServer: &api})
+	api.InsecureListen = "127.0.0.1:0"
+	addr := testenv.New(t, testenv.Config{APIServer: &api}).APIServer.InsecureAddr().String()
 	for _, path := range []string{"/api/v1/namespaces", "/apis/apps/v1/daemonsets", "/apis", "/metrics"} {
 		resp, err := http.Get("http://" + addr + path)
 		check(t, err)
