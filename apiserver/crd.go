@@ -14,8 +14,10 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	crdvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/conversion"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -72,9 +74,9 @@ var crdRules = kindRules[*apiextensionsv1.CustomResourceDefinition]{
 		addStoredVersion(crd)
 	},
 	check: func(crd *apiextensionsv1.CustomResourceDefinition) field.ErrorList {
-		return append(internalErrors(crd, func(in *apiextensions.CustomResourceDefinition) field.ErrorList {
+		return internalErrors(crd, func(in *apiextensions.CustomResourceDefinition) field.ErrorList {
 			return crdvalidation.ValidateCustomResourceDefinition(context.Background(), in)
-		}), noWebhookConversion(crd)...)
+		})
 	},
 	checkStatus: func(crd, old *apiextensionsv1.CustomResourceDefinition) field.ErrorList {
 		oldIn, err := toInternalCRD(old)
@@ -91,15 +93,6 @@ var crdRules = kindRules[*apiextensionsv1.CustomResourceDefinition]{
 	},
 }
 
-// noWebhookConversion refuses conversion webhooks, which miniplane does not call.
-func noWebhookConversion(crd *apiextensionsv1.CustomResourceDefinition) field.ErrorList {
-	if c := crd.Spec.Conversion; c != nil && c.Strategy == apiextensionsv1.WebhookConverter {
-		return field.ErrorList{field.Forbidden(field.NewPath("spec", "conversion", "strategy"),
-			"miniplane does not call conversion webhooks: serve the versions with the None strategy")}
-	}
-	return nil
-}
-
 // crdStrategy is crdRules with apiextensions' update validation, which includes what the
 // create validation checks (kindRules would run both).
 type crdStrategy struct {
@@ -112,9 +105,9 @@ func (crdStrategy) validateUpdate(obj, old runtime.Object) field.ErrorList {
 		return field.ErrorList{field.InternalError(field.NewPath("spec"), err)}
 	}
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
-	return append(internalErrors(crd, func(in *apiextensions.CustomResourceDefinition) field.ErrorList {
+	return internalErrors(crd, func(in *apiextensions.CustomResourceDefinition) field.ErrorList {
 		return crdvalidation.ValidateCustomResourceDefinitionUpdate(context.Background(), in, oldIn)
-	}), noWebhookConversion(crd)...)
+	})
 }
 
 // deleteCRD is the definitions' deleteFunc: it marks a definition Terminating with the
@@ -166,6 +159,9 @@ type crdController struct {
 	s *Server
 	*recountLoop
 
+	// converters makes each definition's converter between its versions.
+	converters *conversion.CRConverterFactory
+
 	mu sync.Mutex
 	// served is what each definition (by name) has registered, to tell a change.
 	served map[string]*servedCRD
@@ -178,12 +174,16 @@ type servedCRD struct {
 	resources  []*resource
 }
 
-func newCRDController(s *Server) *crdController {
-	c := &crdController{s: s, served: map[string]*servedCRD{}}
+func newCRDController(s *Server) (*crdController, error) {
+	converters, err := conversion.NewCRConverterFactory(serviceNotCalled{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &crdController{s: s, converters: converters, served: map[string]*servedCRD{}}
 	c.recountLoop = newRecountLoop("customresourcedefinitions", s.log, func(ctx context.Context, _ string) error {
 		return c.reconcile(ctx)
 	})
-	return c
+	return c, nil
 }
 
 // reconcile brings every definition's names, status and served resources up to date.
@@ -269,9 +269,18 @@ func (c *crdController) serve(ctx context.Context, crd *apiextensionsv1.CustomRe
 				Status: apiextensionsv1.ConditionFalse, Reason: "NotAccepted", Message: "not all names are accepted"})
 		})
 	}
+	if cur == nil {
+		if err := c.moveFromUngroupedKeys(ctx, crd); err != nil {
+			return err
+		}
+	}
 	if cur == nil || cur.uid != string(crd.UID) || cur.generation != crd.Generation {
 		accepted := crd.DeepCopy()
 		accepted.Status.AcceptedNames = crd.Spec.Names
+		conv, err := newCustomResourceConverter(c.converters, accepted)
+		if err != nil {
+			return err
+		}
 		var resources []*resource
 		for _, v := range crd.Spec.Versions {
 			if !v.Served {
@@ -281,6 +290,7 @@ func (c *crdController) serve(ctx context.Context, crd *apiextensionsv1.CustomRe
 			if err != nil {
 				return err
 			}
+			cv.conv = conv
 			resources = append(resources, customResource(cv))
 		}
 		// New entries take the place of the old ones of the same version without a gap;
@@ -359,7 +369,14 @@ func (c *crdController) cleanUp(ctx context.Context, crd *apiextensionsv1.Custom
 		for _, r := range sc.resources {
 			r.terminating.Store(true)
 		}
+		// The storage version's resource deletes them: it converts only what was stored
+		// in another version.
 		r := sc.resources[0]
+		for _, sr := range sc.resources {
+			if sr.custom != nil && sr.custom.version.Storage {
+				r = sr
+			}
+		}
 		list, err := c.s.store.List(ctx, r.keyPrefix(c.s.cfg.EtcdPrefix, ""), store.ListOptions{})
 		if err != nil {
 			return err
@@ -401,4 +418,44 @@ func (c *crdController) cleanUp(ctx context.Context, crd *apiextensionsv1.Custom
 		return nil
 	}
 	return err
+}
+
+// moveFromUngroupedKeys moves crd's custom resources that an earlier miniplane stored under
+// <prefix>/<plural>/, without the group, to their keys under <prefix>/<group>/<plural>/
+// (resource.storageName). The old prefix may hold a built-in kind's objects or another
+// group's of the same plural: only unstructured objects of crd's group move. An object
+// moved gets a new resourceVersion, as after any write.
+func (c *crdController) moveFromUngroupedKeys(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+	prefix := c.s.cfg.EtcdPrefix + "/" + crd.Spec.Names.Plural + "/"
+	list, err := c.s.store.List(ctx, prefix, store.ListOptions{})
+	if err != nil {
+		return err
+	}
+	moved := 0
+	for _, obj := range list.Items {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || u.GroupVersionKind().Group != crd.Spec.Group {
+			continue
+		}
+		oldKey := prefix + u.GetName()
+		newKey := c.s.cfg.EtcdPrefix + "/" + crd.Spec.Group + "/" + crd.Spec.Names.Plural + "/" + u.GetName()
+		if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
+			oldKey = prefix + u.GetNamespace() + "/" + u.GetName()
+			newKey = c.s.cfg.EtcdPrefix + "/" + crd.Spec.Group + "/" + crd.Spec.Names.Plural + "/" + u.GetNamespace() + "/" + u.GetName()
+		}
+		uid := u.GetUID()
+		u.SetResourceVersion("")
+		// A move cut short before (created, not deleted) is finished here.
+		if _, err := c.s.store.Create(ctx, newKey, u, 0); err != nil && !errors.Is(err, store.ErrAlreadyExists) {
+			return fmt.Errorf("moving %s to %s: %w", oldKey, newKey, err)
+		}
+		if _, err := c.s.store.Delete(ctx, oldKey, &store.Preconditions{UID: &uid}, nil); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("moving %s to %s: %w", oldKey, newKey, err)
+		}
+		moved++
+	}
+	if moved > 0 {
+		c.s.log.Info("custom resources moved to keys with their group", "definition", crd.Name, "objects", moved)
+	}
+	return nil
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/utils/ptr"
 
 	"github.com/miniplane/miniplane/configs"
 	"github.com/miniplane/miniplane/test/testenv"
@@ -246,11 +248,10 @@ func TestCRDValidation(t *testing.T) {
 			s.Type = ""
 			crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = s
 		}, "spec.validation.openAPIV3Schema.properties[spec].type"},
-		{"webhook conversion", func(crd *apiextensionsv1.CustomResourceDefinition) {
+		{"conversion webhook without a client config", func(crd *apiextensionsv1.CustomResourceDefinition) {
 			crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
-				Webhook: &apiextensionsv1.WebhookConversion{ConversionReviewVersions: []string{"v1"},
-					ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: ptr.To("https://example.com/convert")}}}
-		}, "spec.conversion.strategy"},
+				Webhook: &apiextensionsv1.WebhookConversion{ConversionReviewVersions: []string{"v1"}}}
+		}, "spec.conversion.webhook"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			crd := widgetCRD()
@@ -312,4 +313,78 @@ func TestCustomResourcesOnTwoServers(t *testing.T) {
 	check(t, err)
 	_, err = dyn1.Resource(widgets).Namespace("default").Get(ctx, "both", metav1.GetOptions{})
 	check(t, err)
+}
+
+// TestCustomResourceKeys: a definition's objects are kept under their group, apart from a
+// built-in kind of the same plural (Knative's services.serving.knative.dev beside core
+// Services), and those an earlier miniplane kept without the group are moved there when the
+// definition is served; another group's objects under the old prefix stay.
+func TestCustomResourceKeys(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: env.EtcdEndpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	check(t, err)
+	defer cli.Close()
+	// What an earlier miniplane stored: a gadget without the group in its key, and another
+	// group's object of the same plural.
+	_, err = cli.Put(ctx, "/registry/gadgets/default/old",
+		`{"apiVersion":"example.com/v1","kind":"Gadget","metadata":{"name":"old","namespace":"default","uid":"4a9c2f1e-0000-4000-8000-000000000001","creationTimestamp":"2026-01-01T00:00:00Z"},"spec":{"color":"red"}}`)
+	check(t, err)
+	_, err = cli.Put(ctx, "/registry/gadgets/default/other",
+		`{"apiVersion":"other.example.org/v1","kind":"Gadget","metadata":{"name":"other","namespace":"default","uid":"4a9c2f1e-0000-4000-8000-000000000002"}}`)
+	check(t, err)
+	installCRD(t, env, gadgetCRD(nil))
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	check(t, err)
+	gadgets := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
+	got, err := gadgets.Get(ctx, "old", metav1.GetOptions{})
+	check(t, err)
+	if color, _, _ := unstructured.NestedString(got.Object, "spec", "color"); color != "red" || got.GetUID() != "4a9c2f1e-0000-4000-8000-000000000001" {
+		t.Errorf("the moved gadget: %v", got.Object)
+	}
+	for key, want := range map[string]int64{
+		"/registry/gadgets/default/old":             0,
+		"/registry/example.com/gadgets/default/old": 1,
+		"/registry/gadgets/default/other":           1,
+	} {
+		resp, err := cli.Get(ctx, key)
+		check(t, err)
+		if resp.Count != want {
+			t.Errorf("etcd holds %d objects at %s, want %d", resp.Count, key, want)
+		}
+	}
+
+	// A definition with a built-in plural.
+	crd := gadgetCRD(nil)
+	crd.Name, crd.Spec.Group = "services.serving.example.dev", "serving.example.dev"
+	crd.Spec.Names = apiextensionsv1.CustomResourceDefinitionNames{Kind: "Service", Plural: "services", Singular: "service"}
+	installCRD(t, env, crd)
+	_, err = env.Client.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	check(t, err)
+	custom := gadget("v1", "hello", map[string]any{"image": "example/hello"})
+	custom.SetAPIVersion("serving.example.dev/v1")
+	custom.SetKind("Service")
+	services := dyn.Resource(schema.GroupVersionResource{Group: "serving.example.dev", Version: "v1", Resource: "services"}).Namespace("default")
+	eventually(t, "a custom Service named as a core one", func() (bool, error) {
+		_, err := services.Create(ctx, custom, metav1.CreateOptions{})
+		return err == nil, err
+	})
+	core, err := env.Client.CoreV1().Services("default").List(ctx, metav1.ListOptions{})
+	check(t, err)
+	var coreNames []string
+	for _, svc := range core.Items {
+		coreNames = append(coreNames, svc.Name)
+	}
+	if strings.Join(coreNames, " ") != "hello kubernetes" {
+		t.Errorf("core Services in default: %v, want hello and kubernetes", coreNames)
+	}
+	if svc, err := env.Client.CoreV1().Services("default").Get(ctx, "hello", metav1.GetOptions{}); err != nil || svc.Spec.Ports[0].Port != 80 {
+		t.Errorf("core Service hello: %v %v", svc, err)
+	}
+	list, err := services.List(ctx, metav1.ListOptions{})
+	check(t, err)
+	if len(list.Items) != 1 || list.Items[0].GetKind() != "Service" || list.Items[0].GetAPIVersion() != "serving.example.dev/v1" {
+		t.Errorf("custom Services in default: %v", list.Items)
+	}
 }

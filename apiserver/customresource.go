@@ -42,6 +42,8 @@ type customResourceVersion struct {
 	columns    []apiextensionsv1.CustomResourceColumnDefinition
 	status     bool
 	preserve   bool // spec.preserveUnknownFields (v1 forbids true; kept for completeness)
+	// conv converts between the definition's versions; nil when it has only one.
+	conv *customResourceConverter
 }
 
 // defaultOnRead applies the schema's defaults to a custom resource read from etcd, as

@@ -94,9 +94,15 @@ func (f *fieldManagers) getWithConverter(res *resource, subresource string) (*ma
 	var m *managedfields.FieldManager
 	var err error
 	if res.custom != nil {
-		// Custom resources are unstructured: versions differ only in apiVersion, and the
-		// defaults come from the schema.
-		m, err = managedfields.NewDefaultCRDFieldManager(f.converter, unstructuredVersions{}, unstructuredDefaulter{res},
+		// Custom resources are unstructured and their defaults come from the schema. A
+		// definition with one version has nothing to convert but apiVersion; one with
+		// several converts as its strategy says (managers of another version are compared
+		// in theirs).
+		var versions runtime.ObjectConvertor = unstructuredVersions{}
+		if res.custom.conv != nil {
+			versions = res.custom.conv.convertor
+		}
+		m, err = managedfields.NewDefaultCRDFieldManager(f.converter, versions, unstructuredDefaulter{res},
 			unstructuredCreater{}, res.gvk(), res.gvk().GroupVersion(), subresource, resetFields(res, subresource))
 	} else {
 		m, err = managedfields.NewDefaultFieldManager(f.converter, inPlaceConverter{Scheme}, Scheme, Scheme,

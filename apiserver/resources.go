@@ -247,10 +247,19 @@ func (r *resource) keyPrefix(prefix, namespace string) string {
 	return fmt.Sprintf("%s/%s/", prefix, r.storageName())
 }
 
-// storageName is the key segment of the resource: its plural name, as kube-apiserver
-// lays out its keys. Two served resources share a name only when one is a view of the
-// other (events in two groups), and then they share the objects too.
-func (r *resource) storageName() string { return r.name }
+// storageName is the key segment of the resource, as kube-apiserver lays out its keys: the
+// plural name of a built-in kind, group/plural for a custom resource. The group keeps a
+// definition's objects apart from a built-in kind's or another group's of the same plural
+// (a services.serving.knative.dev beside core Services); a definition's group has a dot,
+// which no built-in plural has. Two served resources share a name only when one is a view
+// of the other (events in two groups) or both are versions of one definition, and then
+// they share the objects too.
+func (r *resource) storageName() string {
+	if r.custom != nil {
+		return r.group + "/" + r.name
+	}
+	return r.name
+}
 
 // subresource returns the subresource called name, or nil.
 func (r *resource) subresource(name string) *subresource {
@@ -550,7 +559,8 @@ func otherResources() []*resource {
 		{group: "apiextensions.k8s.io", version: "v1", name: "customresourcedefinitions", kind: "CustomResourceDefinition",
 			singular: "customresourcedefinition", shortNames: []string{"crd", "crds"}, categories: []string{"api-extensions"},
 			subresources: []subresource{statusSubresource}, newFunc: newCRD, newListFunc: newCRDList,
-			strategy: crdStrategy{crdRules}, tracksGeneration: true, deleteFunc: (*Server).deleteCRD},
+			strategy: crdStrategy{crdRules}, tracksGeneration: true, deleteFunc: (*Server).deleteCRD,
+			inertNote: unreachableConversionWebhook},
 	}
 }
 

@@ -145,7 +145,9 @@ func New(opts Options) (*Server, error) {
 	if s.reg, err = newBuiltinRegistry(builtinDeps{eventTTL: opts.Config.EventTTL, services: s.services, quota: s.quota}); err != nil {
 		return nil, err
 	}
-	s.crds = newCRDController(s)
+	if s.crds, err = newCRDController(s); err != nil {
+		return nil, err
+	}
 	for _, r := range s.reg.resources() {
 		s.newCache(r)
 	}
@@ -243,12 +245,24 @@ func (s *Server) startCache(ctx context.Context, r *resource) error {
 	cacheCtx, stop := context.WithCancel(runCtx)
 	r.stop = stop
 	go r.cache.run(cacheCtx)
+	if r.custom != nil && r.custom.conv != nil && r.version != r.custom.conv.storage {
+		// This version's cache converts every object, and cannot start while its
+		// conversion webhook fails; the version is served meanwhile, its reads from etcd
+		// failing as the webhook does, as kube-apiserver serves it.
+		if err := r.cache.waitForRV(ctx, 1, convertedCacheWait); err != nil {
+			s.log.Warn("custom resources served before their watch cache could convert them", "resource", r.gvr().String(), "err", err)
+		}
+		return nil
+	}
 	if err := r.cache.waitForRV(ctx, 1, time.Minute); err != nil {
 		stop()
 		return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
 	}
 	return nil
 }
+
+// convertedCacheWait bounds how long serving a converted version waits for its cache.
+const convertedCacheWait = 5 * time.Second
 
 // ensureCache starts r's watch cache if it waits for its first use (resource.lazyCache),
 // and returns once the cache holds what etcd had when it started.

@@ -38,9 +38,12 @@ func (v *storageView) fields() map[string]fieldFunc {
 	return out
 }
 
-// storeFor is the store res reads and writes: the server's, or for a view a store that
-// converts every object on its way.
+// storeFor is the store res reads and writes: the server's, or for a view or a version of a
+// definition with several a store that converts every object on its way.
 func (s *Server) storeFor(res *resource) store.Store {
+	if res.custom != nil && res.custom.conv != nil {
+		return convertingStore{Store: s.store, conv: res.custom.conv, version: res.version}
+	}
 	if res.view == nil {
 		return s.store
 	}

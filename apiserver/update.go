@@ -307,6 +307,11 @@ func (r *resource) cachedCopy(key string) runtime.Object {
 	if r.view != nil {
 		return r.view.storage.cachedCopy(key)
 	}
+	if r.custom != nil && r.custom.conv != nil && r.version != r.custom.conv.storage {
+		// The cache holds this version's form, not the stored one the store compares the
+		// update with: an update that changes nothing would be written.
+		return nil
+	}
 	if co, ok := r.cache.get(key); ok {
 		return co.object()
 	}
