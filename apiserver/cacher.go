@@ -203,35 +203,53 @@ func newCacher(res *resource, st cacheSource, root string, historySize int, clk 
 	return c
 }
 
-// run keeps the cache current until ctx ends, re-listing after any watch failure.
+// run keeps the cache current until ctx ends, re-listing after any watch failure: a
+// second later, and when lists keep failing (a custom resource's conversion webhook that
+// is down) twice as long after each, up to relistMaxDelay.
 func (c *cacher) run(ctx context.Context) {
 	go c.progress.run(ctx)
+	var delay time.Duration
 	for {
-		err := c.listAndWatch(ctx)
+		listed, err := c.listAndWatch(ctx)
 		if ctx.Err() != nil {
 			c.terminateAll()
 			return
 		}
-		c.log.Warn("watch cache lost its etcd watch; re-listing", "err", err)
+		delay = relistDelay(delay, listed)
+		c.log.Warn("watch cache lost its etcd watch; re-listing", "err", err, "after", delay)
 		select {
 		case <-ctx.Done():
 			c.terminateAll()
 			return
-		case <-c.clock.After(time.Second):
+		case <-c.clock.After(delay):
 		}
 	}
 }
 
-func (c *cacher) listAndWatch(ctx context.Context) error {
+// relistDelay is the wait before the next list, given the wait before the last one (0 for
+// none) and whether that list succeeded.
+func relistDelay(last time.Duration, listed bool) time.Duration {
+	if listed || last == 0 {
+		return time.Second
+	}
+	return min(2*last, relistMaxDelay)
+}
+
+// relistMaxDelay bounds the wait between lists that fail.
+const relistMaxDelay = 30 * time.Second
+
+// listAndWatch fills the cache from a list and follows the watch from there, until the
+// watch fails; listed reports whether the list succeeded.
+func (c *cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 	list, err := c.store.List(ctx, c.prefix, store.ListOptions{})
 	if err != nil {
-		return err
+		return false, err
 	}
 	objects := make(map[string]*cachedObject, len(list.Items))
 	for _, obj := range list.Items {
 		co, err := c.newCachedObject(obj)
 		if err != nil {
-			return err
+			return false, err
 		}
 		objects[co.key] = co
 	}
@@ -264,12 +282,12 @@ func (c *cacher) listAndWatch(ctx context.Context) error {
 
 	events, err := c.store.Watch(ctx, c.prefix, list.Revision)
 	if err != nil {
-		return err
+		return true, err
 	}
 	for ev := range events {
 		switch ev.Type {
 		case store.ErrorEvent:
-			return ev.Err
+			return true, ev.Err
 		case store.Progress:
 			c.mu.Lock()
 			if ev.Revision > c.rv {
@@ -282,7 +300,7 @@ func (c *cacher) listAndWatch(ctx context.Context) error {
 			}
 		}
 	}
-	return errors.New("etcd watch ended")
+	return true, errors.New("etcd watch ended")
 }
 
 // newCachedObject wraps an object decoded from etcd (a custom resource gets its schema's

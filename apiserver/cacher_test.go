@@ -522,6 +522,26 @@ func TestCacherRelistsAfterWatchError(t *testing.T) {
 	}
 }
 
+// TestRelistDelay: after a lost watch the cache lists again a second later; while lists
+// fail (a conversion webhook that is down) it waits twice as long each time, up to 30 s;
+// once a list succeeds the next loss is retried after a second again.
+func TestRelistDelay(t *testing.T) {
+	var got []time.Duration
+	delay := time.Duration(0)
+	for _, listed := range []bool{true, false, false, false, false, false, false, false, true} {
+		delay = relistDelay(delay, listed)
+		got = append(got, delay)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second,
+		30 * time.Second, 30 * time.Second, 30 * time.Second, time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if d := relistDelay(0, false); d != time.Second {
+		t.Errorf("a first list that fails waits %v, want 1s", d)
+	}
+}
+
 // TestCacherWaitForRV: a read at a revision the cache has not reached asks etcd for a
 // progress report of the resource's watch and waits; a report or a change at that
 // revision lets it go on, and it gives up with errTooLargeRV when its time is up.
