@@ -102,6 +102,12 @@ func (c *customResourceConverter) allTo(objs []runtime.Object, version string) e
 	return nil
 }
 
+// convertedVersion reports whether r is a version of a definition other than its storage
+// version: its objects are the storage version's, converted.
+func (r *resource) convertedVersion() bool {
+	return r.custom != nil && r.custom.conv != nil && r.version != r.custom.conv.storage
+}
+
 // convertingStore is the store of one served version of a definition with several: every
 // object is converted to the storage version on its way in and to the served version on
 // its way out, as kube-apiserver stores custom resources. Objects stored in any version (an

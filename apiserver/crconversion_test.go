@@ -15,6 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -282,6 +283,21 @@ func TestConversionWebhook(t *testing.T) {
 			t.Fatal("the v2 watch from before the webhook failed was not ended")
 		}
 	}
+
+	// A namespace goes, with its gadgets, even while the webhook is down: they are deleted
+	// in the version they are stored in.
+	_, err = env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{})
+	check(t, err)
+	inDoomed := gadget("v1", "inside", map[string]any{"color": "red"})
+	inDoomed.SetNamespace("doomed")
+	_, err = dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("doomed").Create(ctx, inDoomed, metav1.CreateOptions{})
+	check(t, err)
+	conv.down.Store(true)
+	check(t, env.Client.CoreV1().Namespaces().Delete(ctx, "doomed", metav1.DeleteOptions{}))
+	eventually(t, "the namespace to go with its gadget while the webhook is down", func() (bool, error) {
+		_, err := env.Client.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
 }
 
 // TestConversionNone: with the None strategy a write in another version is stored in the

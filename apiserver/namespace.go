@@ -203,8 +203,10 @@ func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 	pods := f.s.reg.lookup("", "v1", "pods")
 	var others []*resource
 	for _, res := range f.s.reg.resources() {
-		// A view's objects are its storage resource's, deleted through that.
-		if res.namespaced && res != pods && res.view == nil {
+		// A view's objects are its storage resource's, deleted through that; a version of a
+		// definition's objects are its storage version's, deleted through that without a
+		// conversion.
+		if res.namespaced && res != pods && res.view == nil && !res.convertedVersion() {
 			others = append(others, res)
 		}
 	}

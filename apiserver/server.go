@@ -245,7 +245,7 @@ func (s *Server) startCache(ctx context.Context, r *resource) error {
 	cacheCtx, stop := context.WithCancel(runCtx)
 	r.stop = stop
 	go r.cache.run(cacheCtx)
-	if r.custom != nil && r.custom.conv != nil && r.version != r.custom.conv.storage {
+	if r.convertedVersion() {
 		// This version's cache converts every object, and cannot start while its
 		// conversion webhook fails; the version is served meanwhile, its reads from etcd
 		// failing as the webhook does, as kube-apiserver serves it.

@@ -307,7 +307,7 @@ func (r *resource) cachedCopy(key string) runtime.Object {
 	if r.view != nil {
 		return r.view.storage.cachedCopy(key)
 	}
-	if r.custom != nil && r.custom.conv != nil && r.version != r.custom.conv.storage {
+	if r.convertedVersion() {
 		// The cache holds this version's form, not the stored one the store compares the
 		// update with: an update that changes nothing would be written.
 		return nil
