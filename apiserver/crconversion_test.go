@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,7 @@ type converter struct {
 	srv      *httptest.Server
 	caBundle []byte
 	down     atomic.Bool
+	refused  atomic.Int32 // requests answered with an error while down
 
 	mu       sync.Mutex
 	requests []int // objects per request
@@ -56,6 +58,7 @@ func newConverter(t *testing.T) *converter {
 
 func (c *converter) convert(w http.ResponseWriter, r *http.Request) {
 	if c.down.Load() {
+		c.refused.Add(1)
 		http.Error(w, "converter is down", http.StatusServiceUnavailable)
 		return
 	}
@@ -99,15 +102,11 @@ func (c *converter) convert(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(&review)
 }
 
-// objectsSent is how many objects the webhook has been asked to convert, and in how many
-// requests.
-func (c *converter) objectsSent() (objects, requests int) {
+// sent is how many objects each request so far asked the webhook to convert.
+func (c *converter) sent() []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, n := range c.requests {
-		objects += n
-	}
-	return objects, len(c.requests)
+	return slices.Clone(c.requests)
 }
 
 // gadgetCRD serves Gadget in v1 (stored) and v2, converted by clientConfig's webhook, or
@@ -215,12 +214,13 @@ func TestConversionWebhook(t *testing.T) {
 		t.Errorf("v2 apply over a field a v1 writer owns: %v, want a conflict on .spec.color", err)
 	}
 
-	// A list from etcd converts its objects in one request.
-	_, before := conv.objectsSent()
+	// A list from etcd converts its objects in one request. (The v2 watch cache sends one
+	// object a request, each change as it comes.)
+	before := len(conv.sent())
 	list, err := v2.List(ctx, metav1.ListOptions{Limit: 10}) // a page: etcd answers it
 	check(t, err)
-	if _, after := conv.objectsSent(); after != before+1 {
-		t.Errorf("a list of %d gadgets took %d conversion requests, want 1", len(list.Items), after-before)
+	if sent := conv.sent()[before:]; !slices.Contains(sent, len(list.Items)) {
+		t.Errorf("a list of %d gadgets (all stored in v1) was converted in requests of %v objects, want one of them all", len(list.Items), sent)
 	}
 	for _, item := range list.Items {
 		if _, found, _ := unstructured.NestedString(item.Object, "spec", "paint", "colour"); !found || item.GetAPIVersion() != "example.com/v2" {
@@ -264,8 +264,12 @@ func TestConversionWebhook(t *testing.T) {
 	}
 	// A write in v1 needs no conversion; the v2 cache cannot take it in until the webhook
 	// is back, and then its watchers start again.
+	refused := conv.refused.Load()
 	_, err = v1.Patch(ctx, "red", types.MergePatchType, []byte(`{"spec":{"color":"orange"}}`), metav1.PatchOptions{})
 	check(t, err)
+	eventually(t, "the v2 cache to try converting the v1 write", func() (bool, error) {
+		return conv.refused.Load() > refused, nil
+	})
 	conv.down.Store(false)
 	eventually(t, "the v2 cache to take in what was written while the webhook was down", func() (bool, error) {
 		got, err := v2.Get(ctx, "red", metav1.GetOptions{ResourceVersion: "0"})
