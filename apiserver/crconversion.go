@@ -247,7 +247,8 @@ func (serviceNotCalled) ResolveEndpoint(namespace, name string, port int32) (*ur
 }
 
 // unreachableConversionWebhook is the warning a write of a definition answers with when
-// its conversion webhook names a Service; "" otherwise.
+// its conversion webhook names a Service and a version other than the storage version is
+// served; "" otherwise.
 func unreachableConversionWebhook(obj runtime.Object) string {
 	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
 	if !ok || crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy != apiextensionsv1.WebhookConverter ||
@@ -260,6 +261,10 @@ func unreachableConversionWebhook(obj runtime.Object) string {
 		if v.Served && !v.Storage {
 			versions = append(versions, v.Name)
 		}
+	}
+	if len(versions) == 0 {
+		// Only the storage version is served: nothing is converted, the webhook is moot.
+		return ""
 	}
 	return fmt.Sprintf("miniplane calls conversion webhooks reached by url only: the conversion webhook of %s names a Service, "+
 		"whose pods run no server here, so reads and writes that need a conversion fail (versions %s)",

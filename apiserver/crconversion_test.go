@@ -340,8 +340,17 @@ func TestConversionWebhookByService(t *testing.T) {
 	crd := gadgetCRD(&apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{Namespace: "system", Name: "webhook-service", Path: ptr.To("/convert")}})
 	_, err = c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{})
 	check(t, err)
-	if got := strings.Join(seen.take(), "\n"); !strings.Contains(got, "conversion webhooks reached by url only") {
-		t.Errorf("warnings %q, want one saying the Service is not called", got)
+	if got := strings.Join(seen.take(), "\n"); !strings.Contains(got, "conversion webhooks reached by url only") || !strings.Contains(got, "(versions v2)") {
+		t.Errorf("warnings %q, want one saying the Service is not called for v2", got)
+	}
+	// Serving one version, the same definition needs no conversion and gets no warning.
+	single := crd.DeepCopy()
+	single.Name, single.Spec.Names.Plural, single.Spec.Names.Singular, single.Spec.Names.Kind = "widgets.example.com", "widgets", "widget", "Widget"
+	single.Spec.Versions = single.Spec.Versions[:1]
+	_, err = c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, single, metav1.CreateOptions{})
+	check(t, err)
+	if got := seen.take(); len(got) != 0 {
+		t.Errorf("a definition of one version warned %q", got)
 	}
 	dyn, err := dynamic.NewForConfig(env.AdminConfig)
 	check(t, err)
