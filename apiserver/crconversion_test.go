@@ -374,3 +374,50 @@ func TestConversionWebhookByService(t *testing.T) {
 		t.Error("a v2 list succeeded without conversion")
 	}
 }
+
+// TestConversionAfterStorageVersionChange: when the storage version moves from v1 to v2,
+// objects stored in v1 stay as they are and are converted when read in v2 (from etcd and
+// from the watch cache); what is written from then on is stored in v2.
+func TestConversionAfterStorageVersionChange(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t)
+	conv := newConverter(t)
+	crd := installCRD(t, env, gadgetCRD(&apiextensionsv1.WebhookClientConfig{URL: ptr.To(conv.srv.URL + "/convert"), CABundle: conv.caBundle}))
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	check(t, err)
+	v1 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
+	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}).Namespace("default")
+	_, err = v1.Create(ctx, gadget("v1", "before", map[string]any{"color": "red"}), metav1.CreateOptions{})
+	check(t, err)
+
+	c, err := apiextensionsclient.NewForConfig(env.AdminConfig)
+	check(t, err)
+	crd.Spec.Versions[0].Storage, crd.Spec.Versions[1].Storage = false, true
+	crd, err = c.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
+	check(t, err)
+	eventually(t, "v2 to be the storage version", func() (bool, error) {
+		got, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if !slices.Equal(got.Status.StoredVersions, []string{"v1", "v2"}) {
+			return false, fmt.Errorf("storedVersions %v", got.Status.StoredVersions)
+		}
+		// A write through v1 shows which storage version the server now uses.
+		probe := gadget("v1", fmt.Sprintf("probe-%d", time.Now().UnixNano()), map[string]any{"color": "blue"})
+		if _, err := v1.Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+			return false, err
+		}
+		return storedAPIVersion(t, env, probe.GetName()) == "example.com/v2", nil
+	})
+	if got := storedAPIVersion(t, env, "before"); got != "example.com/v1" {
+		t.Errorf("the object stored before the change is now %s, want it left in example.com/v1", got)
+	}
+	for _, rv := range []string{"", "0"} { // from etcd, from the watch cache
+		got, err := v2.Get(ctx, "before", metav1.GetOptions{ResourceVersion: rv})
+		check(t, err)
+		if colour, _, _ := unstructured.NestedString(got.Object, "spec", "paint", "colour"); colour != "red" || got.GetAPIVersion() != "example.com/v2" {
+			t.Errorf("v2 read (resourceVersion %q) of a gadget stored in v1: %v", rv, got.Object)
+		}
+	}
+}

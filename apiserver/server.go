@@ -245,10 +245,11 @@ func (s *Server) startCache(ctx context.Context, r *resource) error {
 	cacheCtx, stop := context.WithCancel(runCtx)
 	r.stop = stop
 	go r.cache.run(cacheCtx)
-	if r.convertedVersion() {
-		// This version's cache converts every object, and cannot start while its
-		// conversion webhook fails; the version is served meanwhile, its reads from etcd
-		// failing as the webhook does, as kube-apiserver serves it.
+	if r.custom != nil && r.custom.conv != nil {
+		// This version's cache converts what is not stored in its version (all of it for
+		// a version other than the storage version), and cannot start while the conversion
+		// webhook fails; the version is served meanwhile, its reads from etcd failing as
+		// the webhook does.
 		if err := r.cache.waitForRV(ctx, 1, convertedCacheWait); err != nil {
 			s.log.Warn("custom resources served before their watch cache could convert them", "resource", r.gvr().String(), "err", err)
 		}
