@@ -8,10 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 
+	"github.com/miniplane/miniplane/apiserver/auth"
 	"github.com/miniplane/miniplane/store"
 )
 
@@ -190,6 +193,13 @@ func (f *namespaceFinalizer) run(ctx context.Context) {
 	}
 }
 
+// namespaceControllerUser is who the namespace finalizer's deletes are sent to admission
+// webhooks as: the ServiceAccount kube-controller-manager's namespace controller uses.
+var namespaceControllerUser = &auth.User{
+	Name:   serviceaccount.MakeUsername(metav1.NamespaceSystem, "namespace-controller"),
+	Groups: append(serviceaccount.MakeGroupNames(metav1.NamespaceSystem), "system:authenticated"),
+}
+
 // finalize deletes everything in the namespace, pods first: while a pod remains (its
 // kubelet has not stopped it, or a finalizer holds it) nothing else is deleted, so that
 // what a pod still uses (its ConfigMaps, Secrets, ServiceAccount) outlives it, as the
@@ -212,6 +222,10 @@ func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 	}
 	totals := newContentTotals()
 	present := 0 // objects found this round, gone or not
+	// The deletes go to the admission webhooks as kube-controller-manager's namespace
+	// controller sends them, through the API as its ServiceAccount: a webhook that refuses
+	// one keeps the namespace Terminating, its condition saying why.
+	asController := context.WithValue(ctx, stateKey{}, &requestState{user: namespaceControllerUser})
 	// deleteAll deletes every object of res in the namespace and counts what stays.
 	deleteAll := func(res *resource) error {
 		// Each cache follows its own etcd watch and may not yet hold objects created
@@ -222,8 +236,12 @@ func (f *namespaceFinalizer) finalize(ctx context.Context, name string) error {
 		}
 		items, _ := res.cache.list(&watchFilter{namespace: name})
 		present += len(items)
+		admit := func(obj runtime.Object) error {
+			m, _ := meta.Accessor(obj)
+			return f.s.admitDelete(asController, res, obj, m.GetNamespace(), m.GetName(), false)
+		}
 		for _, it := range items {
-			last, gone, err := f.s.deleteOne(ctx, res, it.namespace, it.name, opts, nil)
+			last, gone, err := f.s.deleteOne(ctx, res, it.namespace, it.name, opts, admit)
 			if errors.Is(err, store.ErrNotFound) {
 				continue
 			}

@@ -311,6 +311,44 @@ func TestAdmissionWebhooks(t *testing.T) {
 		}
 	})
 
+	// The namespace controller's deletes are sent as its ServiceAccount's; one refused keeps
+	// the namespace Terminating, its condition saying why, until the object may go.
+	t.Run("namespace deletion", func(t *testing.T) {
+		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "doomed"}}, metav1.CreateOptions{})
+		check(t, err)
+		_, err = c.CoreV1().ConfigMaps("doomed").Create(ctx, configMap("doomed", "vault", map[string]string{"lock": "on"}), metav1.CreateOptions{})
+		check(t, err)
+		check(t, c.CoreV1().Namespaces().Delete(ctx, "doomed", metav1.DeleteOptions{}))
+		eventually(t, "the namespace to report the refused delete", func() (bool, error) {
+			ns, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, cond := range ns.Status.Conditions {
+				if cond.Type == corev1.NamespaceDeletionContentFailure && cond.Status == corev1.ConditionTrue &&
+					strings.Contains(cond.Message, "locked objects stay") {
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("conditions %+v", ns.Status.Conditions)
+		})
+		var users []string
+		for _, r := range hooks.seen("vault") {
+			if r.Operation == admissionv1.Delete {
+				users = append(users, r.UserInfo.Username)
+			}
+		}
+		if len(users) == 0 || users[0] != "system:serviceaccount:kube-system:namespace-controller" {
+			t.Errorf("the deletes of the locked configmap were sent as %v, want the namespace controller", users)
+		}
+		_, err = c.CoreV1().ConfigMaps("doomed").Patch(ctx, "vault", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"lock":null}}}`), metav1.PatchOptions{})
+		check(t, err)
+		eventually(t, "the namespace to go once its configmap may", func() (bool, error) {
+			_, err := c.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), err
+		})
+	})
+
 	t.Run("subresources", func(t *testing.T) {
 		hook := admissionregistrationv1.ValidatingWebhook{
 			Name: "subresources.hooks.example.io", ClientConfig: urlHook(hooks, "/validate"),
