@@ -16,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -419,5 +420,87 @@ func TestConversionAfterStorageVersionChange(t *testing.T) {
 		if colour, _, _ := unstructured.NestedString(got.Object, "spec", "paint", "colour"); colour != "red" || got.GetAPIVersion() != "example.com/v2" {
 			t.Errorf("v2 read (resourceVersion %q) of a gadget stored in v1: %v", rv, got.Object)
 		}
+	}
+}
+
+// TestConversionForAdmissionWebhooks: an admission webhook whose rule names v1 of a
+// definition (matchPolicy Equivalent, the default) is called for a write in v2, with the
+// object converted to v1; what a mutating one changes is converted back. With matchPolicy
+// Exact it is not called for v2.
+func TestConversionForAdmissionWebhooks(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t)
+	conv := newConverter(t)
+	hooks := newHookServer(t)
+	installCRD(t, env, gadgetCRD(&apiextensionsv1.WebhookClientConfig{URL: ptr.To(conv.srv.URL + "/convert"), CABundle: conv.caBundle}))
+	v1Gadgets := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"gadgets"}}}}
+	_, err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadget-labels"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "mutate.gadgets.example.io", ClientConfig: urlHook(hooks, "/mutate"),
+			Rules: v1Gadgets, SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}}},
+	}, metav1.CreateOptions{})
+	check(t, err)
+	_, err = env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validatingConfig(
+		admissionregistrationv1.ValidatingWebhook{Name: "validate.gadgets.example.io", ClientConfig: urlHook(hooks, "/validate"),
+			Rules: v1Gadgets, ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "reject", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}},
+		admissionregistrationv1.ValidatingWebhook{Name: "exact.gadgets.example.io", ClientConfig: urlHook(hooks, "/validate"),
+			Rules: v1Gadgets, MatchPolicy: ptr.To(admissionregistrationv1.Exact), ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"reject": "yes"}},
+			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}},
+	), metav1.CreateOptions{})
+	check(t, err)
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	check(t, err)
+	v1 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
+	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}).Namespace("default")
+	probe := 0
+	eventually(t, "both webhooks to be called for v1 gadgets", func() (bool, error) {
+		probe++
+		created, err := v1.Create(ctx, gadget("v1", fmt.Sprintf("probe-%d", probe), map[string]any{"color": "red"}), metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, err = v1.Create(ctx, gadget("v1", fmt.Sprintf("forbidden-%d", probe), map[string]any{"color": "red"}), metav1.CreateOptions{})
+		return created.GetLabels()["mutated-by"] == "hook" && apierrors.IsForbidden(err), err
+	})
+
+	// Refused in v2 by the v1 webhook, which was sent the v1 form.
+	_, err = v2.Create(ctx, gadget("v2", "forbidden-v2", map[string]any{"paint": map[string]any{"colour": "blue"}}), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("a v2 create the v1 webhook refuses: %v, want its 403", err)
+	}
+	reviews := hooks.seen("forbidden-v2")
+	if len(reviews) == 0 {
+		t.Fatal("no review of the v2 create")
+	}
+	for _, r := range reviews {
+		var sent map[string]any
+		check(t, json.Unmarshal(r.Object.Raw, &sent))
+		spec, _ := sent["spec"].(map[string]any)
+		if r.Kind.Version != "v1" || r.Resource.Version != "v1" || r.RequestKind.Version != "v2" || sent["apiVersion"] != "example.com/v1" || spec["color"] != "blue" {
+			t.Errorf("review of a v2 create: kind %v, resource %v, request kind %v, object %v", r.Kind, r.Resource, r.RequestKind, sent)
+		}
+	}
+
+	// Labelled in v2 by the v1 mutating webhook; its change comes back converted.
+	created, err := v2.Create(ctx, gadget("v2", "labelled", map[string]any{"paint": map[string]any{"colour": "green"}}), metav1.CreateOptions{})
+	check(t, err)
+	if colour, _, _ := unstructured.NestedString(created.Object, "spec", "paint", "colour"); created.GetLabels()["mutated-by"] != "hook" || colour != "green" || created.GetAPIVersion() != "example.com/v2" {
+		t.Errorf("a v2 create the v1 mutating webhook labels: %v", created.Object)
+	}
+
+	// matchPolicy Exact: the webhook for reject=yes v1 gadgets refuses them in v1, and does
+	// not see them in v2.
+	rejected := gadget("v1", "exact-v1", map[string]any{"color": "grey"})
+	rejected.SetLabels(map[string]string{"reject": "yes"})
+	if _, err := v1.Create(ctx, rejected, metav1.CreateOptions{}); !apierrors.IsBadRequest(err) {
+		t.Errorf("a v1 create the Exact webhook refuses: %v, want its 400", err)
+	}
+	rejected = gadget("v2", "exact-v2", map[string]any{"paint": map[string]any{"colour": "grey"}})
+	rejected.SetLabels(map[string]string{"reject": "yes"})
+	if _, err := v2.Create(ctx, rejected, metav1.CreateOptions{}); err != nil {
+		t.Errorf("a v2 create only the Exact v1 webhook would refuse: %v", err)
 	}
 }

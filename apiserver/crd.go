@@ -293,6 +293,13 @@ func (c *crdController) serve(ctx context.Context, crd *apiextensionsv1.CustomRe
 			cv.conv = conv
 			resources = append(resources, customResource(cv))
 		}
+		// Every version is the same resource to a webhook that matches equivalents.
+		for _, r := range resources {
+			c.s.equivalents.RegisterKindFor(r.gvr(), "", r.gvk())
+			for i := range r.subresources {
+				c.s.equivalents.RegisterKindFor(r.gvr(), r.subresources[i].name, r.subresourceGVK(&r.subresources[i]))
+			}
+		}
 		// New entries take the place of the old ones of the same version without a gap;
 		// versions no longer served go afterwards.
 		for _, r := range resources {

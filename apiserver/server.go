@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorilla/mux"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
@@ -61,6 +62,9 @@ type Server struct {
 	webhooks atomic.Pointer[admissionWebhooks]
 	budgets  *budgetTracker
 	crds     *crdController
+	// equivalents knows which served resources are one resource in several versions (a
+	// definition's), for the webhooks' matchPolicy Equivalent.
+	equivalents runtime.EquivalentResourceRegistry
 	// labels name each request's resource and verb in CPU profiles.
 	labels *requestLabels
 	// runCtx is the context Start was given, for what starts later (custom resources' caches).
@@ -145,6 +149,7 @@ func New(opts Options) (*Server, error) {
 	if s.reg, err = newBuiltinRegistry(builtinDeps{eventTTL: opts.Config.EventTTL, services: s.services, quota: s.quota}); err != nil {
 		return nil, err
 	}
+	s.equivalents = runtime.NewEquivalentResourceRegistry()
 	if s.crds, err = newCRDController(s); err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func (s *Server) startAdmissionWebhooks(ctx context.Context) (*admissionWebhooks
 		ObjectTyper:              Scheme,
 		ObjectDefaulter:          Scheme,
 		ObjectConvertor:          sameTypeConvertor{Scheme},
-		EquivalentResourceMapper: runtime.NewEquivalentResourceRegistry(),
+		EquivalentResourceMapper: s.equivalents,
 	}}
 	var err error
 	if w.mutating, err = mutatingwebhook.NewMutatingWebhook(nil); err != nil {
@@ -315,7 +315,28 @@ func (s *Server) admitMutatingWebhooks(ctx context.Context, a *admission) (bool,
 	if !w.mutating.Handles(attrs.GetOperation()) {
 		return false, nil
 	}
-	return true, w.mutating.Admit(ctx, attrs, w.objects)
+	return true, w.mutating.Admit(ctx, attrs, w.objectsFor(a.res))
+}
+
+// objectsFor is what the plugins create, convert and default res's objects with. A
+// webhook whose rule names another version of a definition's resource (matchPolicy
+// Equivalent) is sent the object converted to that version by the definition's converter,
+// and what it changes is converted back.
+func (w *admissionWebhooks) objectsFor(res *resource) genericadmission.ObjectInterfaces {
+	if res.custom == nil {
+		return w.objects
+	}
+	var convertor runtime.ObjectConvertor = Scheme // a straight copy between unstructured objects
+	if res.custom.conv != nil {
+		convertor = res.custom.conv.convertor
+	}
+	return &genericadmission.RuntimeObjectInterfaces{
+		ObjectCreater:            unstructuredCreater{},
+		ObjectTyper:              Scheme,
+		ObjectDefaulter:          Scheme, // the schema's defaults come after, as the write is prepared again
+		ObjectConvertor:          convertor,
+		EquivalentResourceMapper: w.objects.GetEquivalentResourceMapper(),
+	}
 }
 
 // admitWebhooksOnCreate runs the mutating webhooks in the create's chain.
@@ -340,7 +361,7 @@ func validateWebhooks(s *Server, ctx context.Context, a *admission) error {
 	if !w.validating.Handles(attrs.GetOperation()) {
 		return nil
 	}
-	return w.validating.Validate(ctx, attrs, w.objects)
+	return w.validating.Validate(ctx, attrs, w.objectsFor(a.res))
 }
 
 // admitDelete sends a client's delete to the webhooks of both kinds, with the stored object
