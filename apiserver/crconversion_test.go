@@ -143,6 +143,23 @@ func gadget(version, name string, spec map[string]any) *unstructured.Unstructure
 	}}
 }
 
+// gadgetVersions is an administrator's client of the default namespace's gadgets in each
+// version.
+func gadgetVersions(t *testing.T, env *testenv.Env) (v1, v2 dynamic.ResourceInterface) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	check(t, err)
+	in := func(version string) dynamic.ResourceInterface {
+		return dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: version, Resource: "gadgets"}).Namespace("default")
+	}
+	return in("v1"), in("v2")
+}
+
+// webhookConfig is the client config of conv's conversion endpoint.
+func (c *converter) webhookConfig() *apiextensionsv1.WebhookClientConfig {
+	return &apiextensionsv1.WebhookClientConfig{URL: ptr.To(c.srv.URL + "/convert"), CABundle: c.caBundle}
+}
+
 // storedAPIVersion is the apiVersion of the gadget's bytes in etcd.
 func storedAPIVersion(t *testing.T, env *testenv.Env, name string) string {
 	t.Helper()
@@ -170,14 +187,11 @@ func TestConversionWebhook(t *testing.T) {
 	env := newEnv(t)
 	ctx := testCtx(t)
 	conv := newConverter(t)
-	installCRD(t, env, gadgetCRD(&apiextensionsv1.WebhookClientConfig{URL: ptr.To(conv.srv.URL + "/convert"), CABundle: conv.caBundle}))
-	dyn, err := dynamic.NewForConfig(env.AdminConfig)
-	check(t, err)
-	v1 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
-	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}).Namespace("default")
+	installCRD(t, env, gadgetCRD(conv.webhookConfig()))
+	v1, v2 := gadgetVersions(t, env)
 
 	// Written in v1, read in v2.
-	_, err = v1.Create(ctx, gadget("v1", "red", map[string]any{"color": "red"}), metav1.CreateOptions{})
+	_, err := v1.Create(ctx, gadget("v1", "red", map[string]any{"color": "red"}), metav1.CreateOptions{})
 	check(t, err)
 	got, err := v2.Get(ctx, "red", metav1.GetOptions{})
 	check(t, err)
@@ -295,6 +309,8 @@ func TestConversionWebhook(t *testing.T) {
 	check(t, err)
 	inDoomed := gadget("v1", "inside", map[string]any{"color": "red"})
 	inDoomed.SetNamespace("doomed")
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	check(t, err)
 	_, err = dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("doomed").Create(ctx, inDoomed, metav1.CreateOptions{})
 	check(t, err)
 	conv.down.Store(true)
@@ -311,11 +327,8 @@ func TestConversionNone(t *testing.T) {
 	env := newEnv(t)
 	ctx := testCtx(t)
 	installCRD(t, env, gadgetCRD(nil))
-	dyn, err := dynamic.NewForConfig(env.AdminConfig)
-	check(t, err)
-	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}).Namespace("default")
-	v1 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
-	_, err = v2.Create(ctx, gadget("v2", "plain", map[string]any{"paint": map[string]any{"colour": "blue"}}), metav1.CreateOptions{})
+	v1, v2 := gadgetVersions(t, env)
+	_, err := v2.Create(ctx, gadget("v2", "plain", map[string]any{"paint": map[string]any{"colour": "blue"}}), metav1.CreateOptions{})
 	check(t, err)
 	if got := storedAPIVersion(t, env, "plain"); got != "example.com/v1" {
 		t.Errorf("stored as %s, want example.com/v1", got)
@@ -353,10 +366,7 @@ func TestConversionWebhookByService(t *testing.T) {
 	if got := seen.take(); len(got) != 0 {
 		t.Errorf("a definition of one version warned %q", got)
 	}
-	dyn, err := dynamic.NewForConfig(env.AdminConfig)
-	check(t, err)
-	v1 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
-	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}).Namespace("default")
+	v1, v2 := gadgetVersions(t, env)
 	eventually(t, "v1 gadgets to be served", func() (bool, error) {
 		_, err := v1.Create(ctx, gadget("v1", "stored", map[string]any{"color": "red"}), metav1.CreateOptions{})
 		return err == nil, err
@@ -383,12 +393,9 @@ func TestConversionAfterStorageVersionChange(t *testing.T) {
 	env := newEnv(t)
 	ctx := testCtx(t)
 	conv := newConverter(t)
-	crd := installCRD(t, env, gadgetCRD(&apiextensionsv1.WebhookClientConfig{URL: ptr.To(conv.srv.URL + "/convert"), CABundle: conv.caBundle}))
-	dyn, err := dynamic.NewForConfig(env.AdminConfig)
-	check(t, err)
-	v1 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
-	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}).Namespace("default")
-	_, err = v1.Create(ctx, gadget("v1", "before", map[string]any{"color": "red"}), metav1.CreateOptions{})
+	crd := installCRD(t, env, gadgetCRD(conv.webhookConfig()))
+	v1, v2 := gadgetVersions(t, env)
+	_, err := v1.Create(ctx, gadget("v1", "before", map[string]any{"color": "red"}), metav1.CreateOptions{})
 	check(t, err)
 
 	c, err := apiextensionsclient.NewForConfig(env.AdminConfig)
@@ -432,7 +439,7 @@ func TestConversionForAdmissionWebhooks(t *testing.T) {
 	ctx := testCtx(t)
 	conv := newConverter(t)
 	hooks := newHookServer(t)
-	installCRD(t, env, gadgetCRD(&apiextensionsv1.WebhookClientConfig{URL: ptr.To(conv.srv.URL + "/convert"), CABundle: conv.caBundle}))
+	installCRD(t, env, gadgetCRD(conv.webhookConfig()))
 	v1Gadgets := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"gadgets"}}}}
@@ -451,10 +458,7 @@ func TestConversionForAdmissionWebhooks(t *testing.T) {
 			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}},
 	), metav1.CreateOptions{})
 	check(t, err)
-	dyn, err := dynamic.NewForConfig(env.AdminConfig)
-	check(t, err)
-	v1 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}).Namespace("default")
-	v2 := dyn.Resource(schema.GroupVersionResource{Group: "example.com", Version: "v2", Resource: "gadgets"}).Namespace("default")
+	v1, v2 := gadgetVersions(t, env)
 	probe := 0
 	eventually(t, "both webhooks to be called for v1 gadgets", func() (bool, error) {
 		probe++

@@ -75,18 +75,7 @@ func TestGizmoConversionWebhook(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the Gizmo definition to be established", func() bool {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.Get(ctx, types.NamespacedName{Name: "gizmos.example.com"}, crd); err != nil {
-			return false
-		}
-		for _, cond := range crd.Status.Conditions {
-			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return true
-			}
-		}
-		return false
-	})
+	waitEstablished(ctx, t, c, "gizmos.example.com")
 
 	old := &widgetoperator.GizmoV1{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: "default"}, Spec: widgetoperator.GizmoV1Spec{Color: "red"}}
 	if err := c.Create(ctx, old); err != nil {

@@ -74,9 +74,16 @@ func installWidgets(ctx context.Context, t *testing.T, env *testenv.Env) (client
 	if err := c.Create(ctx, widgetCRD()); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the Widget definition to be established", func() bool {
+	waitEstablished(ctx, t, c, "widgets.example.com")
+	return c, scheme
+}
+
+// waitEstablished waits until the named definition's resources are served.
+func waitEstablished(ctx context.Context, t *testing.T, c client.Client, name string) {
+	t.Helper()
+	until(t, "definition "+name+" to be established", func() bool {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.Get(ctx, types.NamespacedName{Name: "widgets.example.com"}, crd); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, crd); err != nil {
 			return false
 		}
 		for _, cond := range crd.Status.Conditions {
@@ -86,7 +93,6 @@ func installWidgets(ctx context.Context, t *testing.T, env *testenv.Env) (client
 		}
 		return false
 	})
-	return c, scheme
 }
 
 // startManager runs mgr until the test ends, then stops it and reports what it returned.
