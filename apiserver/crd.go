@@ -269,11 +269,6 @@ func (c *crdController) serve(ctx context.Context, crd *apiextensionsv1.CustomRe
 				Status: apiextensionsv1.ConditionFalse, Reason: "NotAccepted", Message: "not all names are accepted"})
 		})
 	}
-	if cur == nil {
-		if err := c.moveFromUngroupedKeys(ctx, crd); err != nil {
-			return err
-		}
-	}
 	if cur == nil || cur.uid != string(crd.UID) || cur.generation != crd.Generation {
 		accepted := crd.DeepCopy()
 		accepted.Status.AcceptedNames = crd.Spec.Names
@@ -292,6 +287,11 @@ func (c *crdController) serve(ctx context.Context, crd *apiextensionsv1.CustomRe
 			}
 			cv.conv = conv
 			resources = append(resources, customResource(cv))
+		}
+		if cur == nil && len(resources) > 0 {
+			if err := c.moveFromUngroupedKeys(ctx, resources[0]); err != nil {
+				return err
+			}
 		}
 		// Every version is the same resource to a webhook that matches equivalents.
 		for _, r := range resources {
@@ -427,13 +427,13 @@ func (c *crdController) cleanUp(ctx context.Context, crd *apiextensionsv1.Custom
 	return err
 }
 
-// moveFromUngroupedKeys moves crd's custom resources that an earlier miniplane stored under
-// <prefix>/<plural>/, without the group, to their keys under <prefix>/<group>/<plural>/
-// (resource.storageName). The old prefix may hold a built-in kind's objects or another
-// group's of the same plural: only unstructured objects of crd's group move. An object
-// moved gets a new resourceVersion, as after any write.
-func (c *crdController) moveFromUngroupedKeys(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
-	prefix := c.s.cfg.EtcdPrefix + "/" + crd.Spec.Names.Plural + "/"
+// moveFromUngroupedKeys moves the custom resources of r's definition that an earlier
+// miniplane stored under <prefix>/<plural>/, without the group, to their keys (r.key, see
+// resource.storageName). The old prefix may hold a built-in kind's objects or another
+// group's of the same plural: only unstructured objects of r's group move. An object moved
+// gets a new resourceVersion, as after any write.
+func (c *crdController) moveFromUngroupedKeys(ctx context.Context, r *resource) error {
+	prefix := c.s.cfg.EtcdPrefix + "/" + r.name + "/"
 	list, err := c.s.store.List(ctx, prefix, store.ListOptions{})
 	if err != nil {
 		return err
@@ -441,14 +441,13 @@ func (c *crdController) moveFromUngroupedKeys(ctx context.Context, crd *apiexten
 	moved := 0
 	for _, obj := range list.Items {
 		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || u.GroupVersionKind().Group != crd.Spec.Group {
+		if !ok || u.GroupVersionKind().Group != r.group {
 			continue
 		}
+		newKey := r.key(c.s.cfg.EtcdPrefix, u.GetNamespace(), u.GetName())
 		oldKey := prefix + u.GetName()
-		newKey := c.s.cfg.EtcdPrefix + "/" + crd.Spec.Group + "/" + crd.Spec.Names.Plural + "/" + u.GetName()
-		if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
+		if r.namespaced {
 			oldKey = prefix + u.GetNamespace() + "/" + u.GetName()
-			newKey = c.s.cfg.EtcdPrefix + "/" + crd.Spec.Group + "/" + crd.Spec.Names.Plural + "/" + u.GetNamespace() + "/" + u.GetName()
 		}
 		uid := u.GetUID()
 		u.SetResourceVersion("")
@@ -462,7 +461,7 @@ func (c *crdController) moveFromUngroupedKeys(ctx context.Context, crd *apiexten
 		moved++
 	}
 	if moved > 0 {
-		c.s.log.Info("custom resources moved to keys with their group", "definition", crd.Name, "objects", moved)
+		c.s.log.Info("custom resources moved to keys with their group", "resource", r.groupResource().String(), "objects", moved)
 	}
 	return nil
 }
