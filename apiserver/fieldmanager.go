@@ -261,8 +261,14 @@ func (unstructuredCreater) New(kind schema.GroupVersionKind) (runtime.Object, er
 
 // resetFields are the fields a write to the main resource (or to status) cannot change,
 // so that no manager is recorded as owning them: status for the main resource of a kind
-// with a status subresource, spec for the status subresource.
+// with a status subresource, spec for the status subresource, everything but
+// spec.ephemeralContainers for pods/ephemeralcontainers.
 func resetFields(res *resource, subresource string) map[fieldpath.APIVersion]fieldpath.Filter {
+	if subresource == podEphemeralContainersSubresource.name {
+		return map[fieldpath.APIVersion]fieldpath.Filter{
+			fieldpath.APIVersion(res.apiVersion()): fieldpath.NewIncludeMatcherFilter(fieldpath.MakePrefixMatcherOrDie("spec", "ephemeralContainers")),
+		}
+	}
 	if res.subresource("status") == nil {
 		return nil
 	}

@@ -41,7 +41,6 @@ func (c *call) noContainers(what string, needsContainer bool) {
 	target := "pod " + pod.Name
 	if needsContainer {
 		container := c.r.URL.Query().Get("container")
-		all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 		switch {
 		case container == "" && len(pod.Spec.Containers) == 1:
 			container = pod.Spec.Containers[0].Name
@@ -53,11 +52,7 @@ func (c *call) noContainers(what string, needsContainer bool) {
 			c.fail(badRequest("a container name must be specified for pod %s, choose one of: [%s]", pod.Name, strings.Join(names, " ")))
 			return
 		}
-		found := false
-		for _, ct := range all {
-			found = found || ct.Name == container
-		}
-		if !found {
+		if !podHasContainer(pod, container) {
 			c.fail(badRequest("container %s is not valid for pod %s", container, pod.Name))
 			return
 		}
@@ -73,4 +68,23 @@ func (c *call) noContainers(what string, needsContainer bool) {
 	}
 	c.fail(badRequest("miniplane: cannot %s %s: it runs on the stub node %s, which runs no containers",
 		what, target, pod.Spec.NodeName))
+}
+
+// podHasContainer reports whether the pod has a container of that name: an init container,
+// a container or an ephemeral one, which are all streamed from (kubectl debug attaches to
+// the ephemeral container it adds).
+func podHasContainer(pod *corev1.Pod, name string) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name == name {
+				return true
+			}
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }

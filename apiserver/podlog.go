@@ -3,6 +3,7 @@ package apiserver
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,11 +34,7 @@ func (c *call) podLog() {
 		}
 		container = pod.Spec.Containers[0].Name
 	}
-	found := false
-	for _, ct := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		found = found || ct.Name == container
-	}
-	if !found {
+	if !podHasContainer(pod, container) {
 		c.fail(badRequest("container %s is not valid for pod %s", container, pod.Name))
 		return
 	}
@@ -46,7 +43,7 @@ func (c *call) podLog() {
 		return
 	}
 	started := false
-	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses) {
 		if cs.Name != container {
 			continue
 		}

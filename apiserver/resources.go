@@ -405,6 +405,7 @@ func coreResources(deps builtinDeps) []*resource {
 				{name: "exec", verbs: metav1.Verbs{"create", "get"}, serve: (*call).podExec},
 				{name: "attach", verbs: metav1.Verbs{"create", "get"}, serve: (*call).podAttach},
 				{name: "portforward", verbs: metav1.Verbs{"create", "get"}, serve: (*call).podPortForward},
+				podEphemeralContainersSubresource,
 			},
 			newFunc: func() runtime.Object { return &corev1.Pod{} }, newListFunc: func() runtime.Object { return &corev1.PodList{} },
 			strategy: podStrategy{}, fields: podFields, returnDeletedObject: true, tracksGeneration: true,

@@ -146,7 +146,7 @@ func validateDaemonSetSpec(ds *appsv1.DaemonSet, p *field.Path) field.ErrorList 
 	tp := p.Child("template")
 	errs = append(errs, metav1validation.ValidateLabels(spec.Template.Labels, tp.Child("metadata", "labels"))...)
 	errs = append(errs, apivalidation.ValidateAnnotations(spec.Template.Annotations, tp.Child("metadata", "annotations"))...)
-	errs = append(errs, validatePodSpec(&spec.Template.Spec, tp.Child("spec"))...)
+	errs = append(errs, validateTemplateSpec(&spec.Template.Spec, tp.Child("spec"))...)
 	if spec.Template.Spec.RestartPolicy != corev1.RestartPolicyAlways {
 		errs = append(errs, field.NotSupported(tp.Child("spec", "restartPolicy"), spec.Template.Spec.RestartPolicy, []string{string(corev1.RestartPolicyAlways)}))
 	}

@@ -259,7 +259,7 @@ var podTemplateRules = kindRules[*corev1.PodTemplate]{
 	check: func(pt *corev1.PodTemplate) field.ErrorList {
 		p := field.NewPath("template")
 		errs := metav1validation.ValidateLabels(pt.Template.Labels, p.Child("metadata", "labels"))
-		return append(errs, validatePodSpec(&pt.Template.Spec, p.Child("spec"))...)
+		return append(errs, validateTemplateSpec(&pt.Template.Spec, p.Child("spec"))...)
 	},
 	columns: []metav1.TableColumnDefinition{nameColumn(),
 		{Name: "Containers", Type: "string", Description: "Names of each container in the template."},

@@ -183,6 +183,16 @@ func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
 	return corev1.PodQOSBurstable
 }
 
+// validateTemplateSpec is validatePodSpec for the pod template of a workload or a
+// PodTemplate, which may not hold ephemeral containers.
+func validateTemplateSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
+	errs := validatePodSpec(spec, path)
+	if len(spec.EphemeralContainers) > 0 {
+		errs = append(errs, field.Forbidden(path.Child("ephemeralContainers"), "ephemeral containers not allowed in pod template"))
+	}
+	return errs
+}
+
 // validatePodSpec checks what kubectl users most often get wrong, with Kubernetes' field
 // paths and messages. It is not the whole of Kubernetes' pod validation.
 func validatePodSpec(spec *corev1.PodSpec, path *field.Path) field.ErrorList {
@@ -383,7 +393,13 @@ func (podStrategy) prepareForCreate(obj runtime.Object, now time.Time) {
 }
 
 func (podStrategy) validate(obj runtime.Object) field.ErrorList {
-	return validatePodSpec(&obj.(*corev1.Pod).Spec, field.NewPath("spec"))
+	spec := &obj.(*corev1.Pod).Spec
+	errs := validatePodSpec(spec, field.NewPath("spec"))
+	if len(spec.EphemeralContainers) > 0 {
+		// They are added to a pod that exists, through pods/ephemeralcontainers.
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "ephemeralContainers"), "cannot be set on create"))
+	}
+	return errs
 }
 
 func (podStrategy) prepareForUpdate(obj, old runtime.Object, _ time.Time) {

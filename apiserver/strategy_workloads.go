@@ -43,7 +43,7 @@ func validatePodTemplate(tmpl *corev1.PodTemplateSpec, selector *metav1.LabelSel
 	}
 	errs = append(errs, metav1validation.ValidateLabels(tmpl.Labels, tp.Child("metadata", "labels"))...)
 	errs = append(errs, apivalidation.ValidateAnnotations(tmpl.Annotations, tp.Child("metadata", "annotations"))...)
-	errs = append(errs, validatePodSpec(&tmpl.Spec, tp.Child("spec"))...)
+	errs = append(errs, validateTemplateSpec(&tmpl.Spec, tp.Child("spec"))...)
 	allowed := false
 	names := make([]string, len(restartPolicies))
 	for i, rp := range restartPolicies {

@@ -20,8 +20,9 @@ import (
 // only built when the budget lets it be recorded: at scale most are not.
 type containerEvent struct {
 	kind eventKind
-	// init says the container is an init container (its fieldPath).
-	init bool
+	// init and ephemeral say the container is an init container or an ephemeral one (its
+	// fieldPath).
+	init, ephemeral bool
 	// name is the container's name, image its image as the pod's spec gives it.
 	name, image string
 }
@@ -57,8 +58,11 @@ func (e containerEvent) reasonAndMessage() (string, string) {
 }
 
 func (e containerEvent) fieldPath() string {
-	if e.init {
+	switch {
+	case e.init:
 		return "spec.initContainers{" + e.name + "}"
+	case e.ephemeral:
+		return "spec.ephemeralContainers{" + e.name + "}"
 	}
 	return "spec.containers{" + e.name + "}"
 }
@@ -85,12 +89,13 @@ func (c *podController) recordContainerEvents(n *stubNode, pod *corev1.Pod, evs 
 func (n *stubNode) startEvents(pod *corev1.Pod, old, want *corev1.PodStatus) []containerEvent {
 	var evs []containerEvent
 	for _, group := range []struct {
-		init       bool
-		containers []corev1.Container
-		old, want  []corev1.ContainerStatus
+		init, ephemeral bool
+		containers      []corev1.Container
+		old, want       []corev1.ContainerStatus
 	}{
-		{true, pod.Spec.InitContainers, old.InitContainerStatuses, want.InitContainerStatuses},
-		{false, pod.Spec.Containers, old.ContainerStatuses, want.ContainerStatuses},
+		{true, false, pod.Spec.InitContainers, old.InitContainerStatuses, want.InitContainerStatuses},
+		{false, false, pod.Spec.Containers, old.ContainerStatuses, want.ContainerStatuses},
+		{false, true, ephemeralAsContainers(pod), old.EphemeralContainerStatuses, want.EphemeralContainerStatuses},
 	} {
 		for i := range group.containers {
 			ctr := &group.containers[i]
@@ -101,7 +106,7 @@ func (n *stubNode) startEvents(pod *corev1.Pod, old, want *corev1.PodStatus) []c
 			if before := findContainerStatus(group.old, ctr.Name); before != nil && before.ContainerID != "" {
 				continue
 			}
-			e := containerEvent{init: group.init, name: ctr.Name, image: ctr.Image}
+			e := containerEvent{init: group.init, ephemeral: group.ephemeral, name: ctr.Name, image: ctr.Image}
 			n.mu.Lock()
 			present := n.addImage(now.Image)
 			n.mu.Unlock()
@@ -139,7 +144,7 @@ func (n *stubNode) addImage(ref string) (had bool) {
 // keepImages marks the images of the containers that started in status as on the node: a
 // restarted kubelet finds in its runtime what it pulled before. Callers hold n.mu.
 func (n *stubNode) keepImages(status *corev1.PodStatus) {
-	for _, statuses := range [][]corev1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses} {
+	for _, statuses := range [][]corev1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses, status.EphemeralContainerStatuses} {
 		for _, cs := range statuses {
 			if cs.ContainerID != "" {
 				n.addImage(cs.Image)
@@ -159,6 +164,11 @@ func stopEvents(status *corev1.PodStatus) []containerEvent {
 	for _, cs := range status.InitContainerStatuses {
 		if cs.State.Running != nil {
 			evs = append(evs, containerEvent{kind: eventKilling, init: true, name: cs.Name})
+		}
+	}
+	for _, cs := range status.EphemeralContainerStatuses {
+		if cs.State.Running != nil {
+			evs = append(evs, containerEvent{kind: eventKilling, ephemeral: true, name: cs.Name})
 		}
 	}
 	return evs

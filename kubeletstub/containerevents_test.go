@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/miniplane/miniplane/internal/poll"
@@ -106,14 +105,7 @@ func TestContainerEvents(t *testing.T) {
 
 	// Deleting it stops both containers; nothing is started again.
 	p := tf.pod(t, "again")
-	p.DeletionTimestamp = ptr(metav1.NewTime(tf.clock.Now()))
-	if _, err := tf.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, waitTimeout, "again is deleted", func() bool {
-		_, err := tf.client.CoreV1().Pods("default").Get(context.Background(), "again", metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
+	tf.deletePod(t, p)
 	tf.waitPodEvents(t, "again", append(againStarted,
 		`spec.containers{app} Killing: Stopping container app`,
 		`spec.containers{latest} Killing: Stopping container latest`))

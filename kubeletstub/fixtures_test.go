@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,6 +122,20 @@ func (tf *testFleet) createPod(t *testing.T, pod *corev1.Pod) {
 	if _, err := tf.client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", pod.Name, err)
 	}
+}
+
+// deletePod marks the pod deleted, as the API server's graceful delete does (the fake
+// client has none), and waits until the stub, having stopped it, has removed it.
+func (tf *testFleet) deletePod(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	p.DeletionTimestamp = ptr(metav1.NewTime(tf.clock.Now()))
+	if _, err := tf.client.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, waitTimeout, p.Name+" is deleted", func() bool {
+		_, err := tf.client.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
 
 // annotate sets (value != nil) or removes an annotation of a node.

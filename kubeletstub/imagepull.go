@@ -216,6 +216,7 @@ func (c *podController) pullEvents(n *stubNode, pod *corev1.Pod, old, want *core
 	for _, l := range [][2][]corev1.ContainerStatus{
 		{old.InitContainerStatuses, want.InitContainerStatuses},
 		{old.ContainerStatuses, want.ContainerStatuses},
+		{old.EphemeralContainerStatuses, want.EphemeralContainerStatuses},
 	} {
 		for _, cs := range l[1] {
 			w := cs.State.Waiting

@@ -81,14 +81,7 @@ func TestPodLifecycle(t *testing.T) {
 	}
 
 	// Deletion: containers are stopped (terminated), then the pod is deleted with grace 0.
-	a.DeletionTimestamp = ptr(metav1.NewTime(tf.clock.Now()))
-	if _, err := tf.client.CoreV1().Pods("default").Update(context.Background(), a, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, waitTimeout, "a is deleted", func() bool {
-		_, err := tf.client.CoreV1().Pods("default").Get(context.Background(), "a", metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
+	tf.deletePod(t, a)
 	checkStoppedThenDeleted(t, tf, "a")
 }
 

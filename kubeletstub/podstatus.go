@@ -38,6 +38,31 @@ type podRecord struct {
 	sandboxEventAt time.Time
 	stopped        bool
 	written        *corev1.PodStatus
+	// ephemeral is when the node first saw each of the pod's ephemeral containers, which
+	// run from then on (ephemeralStatuses).
+	ephemeral map[string]time.Time
+}
+
+// ephemeralSince is when the ephemeral container name started to run: when the node first
+// saw it, or, for a container an earlier run of the stub started, the time its status gives.
+func (rec *podRecord) ephemeralSince(pod *corev1.Pod, name string, now time.Time) time.Time {
+	if t, ok := rec.ephemeral[name]; ok {
+		return t
+	}
+	t := now
+	if cs := findContainerStatus(pod.Status.EphemeralContainerStatuses, name); cs != nil {
+		switch {
+		case cs.State.Running != nil:
+			t = cs.State.Running.StartedAt.Time
+		case cs.State.Terminated != nil:
+			t = cs.State.Terminated.StartedAt.Time
+		}
+	}
+	if rec.ephemeral == nil {
+		rec.ephemeral = map[string]time.Time{}
+	}
+	rec.ephemeral[name] = t
+	return t
 }
 
 // sandboxEventDue reports whether a failed sandbox creation with message is recorded now,
@@ -134,6 +159,7 @@ func startedStatus(pod *corev1.Pod, in statusInput) (corev1.PodStatus, time.Dura
 	}
 	setPodCondition(&s, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", ts(tl.running))
 	p := planContainers(pod, in, &w)
+	s.EphemeralContainerStatuses = ephemeralStatuses(pod, in, &w)
 	allStarted := p.initialized && !p.waiting
 	if tl.fails && allStarted && !now.Before(tl.failAt) {
 		s.Message = fmt.Sprintf("The stub failed the pod's containers %s after they started (fault injection)", tl.failAt.Sub(tl.running))
@@ -188,6 +214,62 @@ func ended(s *corev1.PodStatus, pod *corev1.Pod, tl podTimeline, phase corev1.Po
 	}
 	s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, initDone(tl, exited), nil)
 	s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, exited, nil)
+	s.EphemeralContainerStatuses = ephemeralEnded(s.EphemeralContainerStatuses, exitCode, reason, ts(at))
+}
+
+// ephemeralStatuses is the status of each of the pod's ephemeral containers: running from
+// the moment the node first saw it (an ephemeral container starts once the pod's sandbox is
+// up, whatever its other containers do), or waiting while its image cannot be pulled. As a
+// kubelet reports them they are never ready, never restarted, and say nothing of `started`:
+// they have no probes.
+func ephemeralStatuses(pod *corev1.Pod, in statusInput, w *waker) []corev1.ContainerStatus {
+	containers := ephemeralAsContainers(pod)
+	if len(containers) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, 0, len(containers))
+	for _, c := range containers {
+		since := in.rec.ephemeralSince(pod, c.Name, in.now)
+		img := parseImage(c.Image)
+		if st, ok := pullBlocked(img, in, since, w); ok {
+			out = append(out, corev1.ContainerStatus{Name: c.Name, State: corev1.ContainerState{Waiting: st}, Image: c.Image})
+			continue
+		}
+		out = append(out, corev1.ContainerStatus{
+			Name:        c.Name,
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ts(since)}},
+			Image:       img.ref,
+			ImageID:     img.id(),
+			ContainerID: containerID(pod, c),
+		})
+	}
+	return out
+}
+
+// ephemeralEnded stops the running ephemeral containers among statuses at at, as the pod's
+// other containers stopped; one that never started stays waiting.
+func ephemeralEnded(statuses []corev1.ContainerStatus, exitCode int32, reason string, at metav1.Time) []corev1.ContainerStatus {
+	for i := range statuses {
+		if r := statuses[i].State.Running; r != nil {
+			statuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: exitCode, Reason: reason, StartedAt: r.StartedAt, FinishedAt: at, ContainerID: statuses[i].ContainerID,
+			}}
+		}
+	}
+	return statuses
+}
+
+// ephemeralAsContainers is the pod's ephemeral containers as containers: the fields they
+// share are the same type.
+func ephemeralAsContainers(pod *corev1.Pod) []corev1.Container {
+	if len(pod.Spec.EphemeralContainers) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(pod.Spec.EphemeralContainers))
+	for i := range pod.Spec.EphemeralContainers {
+		out[i] = corev1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+	}
+	return out
 }
 
 // noSandboxStatus is the status of an admitted pod whose sandbox cannot be created: Pending,
@@ -472,6 +554,7 @@ func stoppedStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	notReadyFlag := false
 	s.InitContainerStatuses = containerStatuses(pod, pod.Spec.InitContainers, true, stop(pod.Status.InitContainerStatuses), &notReadyFlag)
 	s.ContainerStatuses = containerStatuses(pod, pod.Spec.Containers, false, stop(pod.Status.ContainerStatuses), &notReadyFlag)
+	s.EphemeralContainerStatuses = ephemeralEnded(s.EphemeralContainerStatuses, 0, "Completed", finished)
 	return s
 }
 
