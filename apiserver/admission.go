@@ -28,7 +28,7 @@ import (
 // miniplane has: NamespaceLifecycle (checkNamespaceOpen, before everything), then the
 // mutating ServiceAccount, Priority, RuntimeClass, DefaultStorageClass and DefaultIngressClass
 // plugins and the mutating admission webhooks, then the kind's own validation, then the
-// validating plugins: RBAC's escalation check (which kube-apiserver makes in the RBAC
+// validating plugins: PodSecurity, RuntimeClass's overhead check, RBAC's escalation check (which kube-apiserver makes in the RBAC
 // kinds' storage), the validating admission webhooks and ResourceQuota, which charges the
 // quota last, so that nothing refused later has been counted. Updates run the mutating
 // webhooks (applyUpdate) and the validating plugins; deletes the webhooks of both kinds.
@@ -86,6 +86,7 @@ var admissionPlugins = []admissionPlugin{
 	{name: "DefaultStorageClass", phase: mutating, admit: admitDefaultStorageClass},
 	{name: "DefaultIngressClass", phase: mutating, admit: admitDefaultIngressClass},
 	{name: "MutatingAdmissionWebhook", phase: mutating, admit: admitWebhooksOnCreate},
+	{name: "PodSecurity", phase: validating, admit: admitPodSecurity},
 	{name: "RuntimeClass", phase: validating, admit: validateRuntimeClassOverhead},
 	{name: "RBACEscalation", phase: validating, admit: admitRBACEscalation},
 	{name: "ValidatingAdmissionWebhook", phase: validating, admit: validateWebhooks},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -200,6 +201,12 @@ func (l *auditLog) event(r *http.Request, st *requestState, rec *auditRecorder, 
 		if st.reason != "" {
 			ev.Annotations["authorization.k8s.io/reason"] = st.reason
 		}
+	}
+	if len(st.annotations) > 0 {
+		if ev.Annotations == nil {
+			ev.Annotations = make(map[string]string, len(st.annotations))
+		}
+		maps.Copy(ev.Annotations, st.annotations)
 	}
 	return ev
 }

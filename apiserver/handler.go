@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apiserver/pkg/warning"
 	"sigs.k8s.io/yaml"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
@@ -55,6 +56,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	default:
 		c.fail(c.forbidden(reason))
 		return
+	}
+	if r.Method != http.MethodGet {
+		// Admission plugins and webhook responses add warnings through the context.
+		c.r = r.WithContext(warning.WithWarningRecorder(r.Context(), &headerWarnings{h: w.Header()}))
 	}
 	if c.out, err = negotiate(r); err != nil {
 		c.fail(err)

@@ -30,6 +30,8 @@ type requestState struct {
 	info *requestInfo
 	// decision and reason are the authorizer's answer, for the audit log.
 	decision, reason string
+	// annotations are what admission plugins add to the audit event (PodSecurity).
+	annotations map[string]string
 }
 
 type stateKey struct{}

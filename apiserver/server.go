@@ -61,7 +61,9 @@ type Server struct {
 	// webhooks calls the admission webhooks; nil until Start.
 	webhooks atomic.Pointer[admissionWebhooks]
 	budgets  *budgetTracker
-	crds     *crdController
+	// podSecurity is the PodSecurity admission plugin.
+	podSecurity *podSecurity
+	crds        *crdController
 	// equivalents knows which served resources are one resource in several versions (a
 	// definition's), for the webhooks' matchPolicy Equivalent.
 	equivalents runtime.EquivalentResourceRegistry
@@ -146,6 +148,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.quota = newQuotaTracker(s)
 	s.budgets = newBudgetTracker(s)
+	if s.podSecurity, err = newPodSecurity(s); err != nil {
+		return nil, err
+	}
 	if s.reg, err = newBuiltinRegistry(builtinDeps{eventTTL: opts.Config.EventTTL, services: s.services, quota: s.quota}); err != nil {
 		return nil, err
 	}

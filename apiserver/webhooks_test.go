@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -120,6 +121,8 @@ func validateReview(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRes
 	case req.Operation != admissionv1.Delete && m.Labels["reject"] == "yes":
 		// A refusal with no code: the plugin makes it a 400.
 		return &admissionv1.AdmissionResponse{Result: &metav1.Status{Message: "labelled reject=yes"}}
+	case req.Operation != admissionv1.Delete && m.Labels["warn"] == "yes":
+		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{"labelled warn=yes"}}
 	}
 	return &admissionv1.AdmissionResponse{Allowed: true}
 }
@@ -246,6 +249,15 @@ func TestAdmissionWebhooks(t *testing.T) {
 		}
 	})
 
+	t.Run("warnings", func(t *testing.T) {
+		warned, seen := warnedClient(t, env)
+		_, err := warned.CoreV1().ConfigMaps("hooked").Create(ctx, configMap("hooked", "noted", map[string]string{"warn": "yes"}), metav1.CreateOptions{})
+		check(t, err)
+		if w := seen.take(); !slices.Equal(w, []string{"labelled warn=yes"}) {
+			t.Errorf("warnings %q, want the webhook's", w)
+		}
+	})
+
 	t.Run("update", func(t *testing.T) {
 		cm, err := c.CoreV1().ConfigMaps("hooked").Create(ctx, configMap("hooked", "settings", map[string]string{"tier": "a"}), metav1.CreateOptions{})
 		check(t, err)
@@ -364,10 +376,20 @@ func TestAdmissionWebhooks(t *testing.T) {
 			_, err := c.CoreV1().Pods("plain").Create(ctx, podOn("plain", name, ""), metav1.CreateOptions{})
 			check(t, err)
 		}
+		// Until the webhook's configuration reaches the plugin an eviction goes through, so
+		// the wait spends pods of its own.
+		probe := 0
 		eventually(t, "the webhook to refuse an eviction", func() (bool, error) {
-			err := c.PolicyV1().Evictions("plain").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: "forbidden-evict"}})
+			probe++
+			name := fmt.Sprintf("forbidden-probe-%d", probe)
+			if _, err := c.CoreV1().Pods("plain").Create(ctx, podOn("plain", name, ""), metav1.CreateOptions{}); err != nil {
+				return false, err
+			}
+			err := c.PolicyV1().Evictions("plain").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: name}})
 			return apierrors.IsForbidden(err), err
 		})
+		err = c.PolicyV1().Evictions("plain").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: "forbidden-evict"}})
+		expectStatus(t, err, 403, metav1.StatusReasonForbidden)
 		err = c.CoreV1().Pods("plain").Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "forbidden-bind"},
 			Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}, metav1.CreateOptions{})
 		expectStatus(t, err, 403, metav1.StatusReasonForbidden)

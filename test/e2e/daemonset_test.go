@@ -1058,3 +1058,40 @@ func TestDaemonSetDeletionRemovesPods(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonSetRefusedByPodSecurity: a node agent's DaemonSet (host network, privileged) in
+// a namespace that enforces the baseline Pod Security Standard, the most common way a
+// DaemonSet gets no pods: it is created (with a warning), every pod it creates is refused by
+// the PodSecurity admission plugin, and the controller reports FailedCreate with the
+// plugin's message while desired stays above current.
+func TestDaemonSetRefusedByPodSecurity(t *testing.T) {
+	t.Parallel()
+	env := dsStart(t, dsModes[0], 2)
+	c := env.Client
+	_, err := c.CoreV1().Namespaces().Patch(context.Background(), dsNS, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"baseline"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := dsNewDaemonSet("agent")
+	ds.Spec.Template.Spec.HostNetwork = true
+	privileged := true
+	ds.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &privileged}
+	dsCreate(t, c, ds)
+
+	const want = `is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (container "c" must not set securityContext.privileged=true)`
+	dsEventually(t, dsTimeout, "a FailedCreate event naming the PodSecurity violation", func() (string, bool) {
+		var seen []string
+		for _, e := range dsEvents(t, c, "agent") {
+			seen = append(seen, e.Reason+": "+e.Message)
+			if e.Reason == "FailedCreate" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, want) {
+				return "", true
+			}
+		}
+		return strings.Join(seen, "\n"), false
+	})
+	dsWaitStatus(t, c, "agent", dsStatus{Desired: 2, Unavailable: 2})
+	if pods := dsListPods(t, c, "agent"); len(pods) != 0 {
+		t.Errorf("%d pods exist", len(pods))
+	}
+}
