@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apiserver/pkg/warning"
 	psadmission "k8s.io/pod-security-admission/admission"
 	psaconfig "k8s.io/pod-security-admission/admission/api/load"
@@ -144,29 +142,6 @@ func (noPodSecurityMetrics) RecordEvaluation(psametrics.Decision, psaapi.LevelVe
 }
 func (noPodSecurityMetrics) RecordExemption(psaapi.Attributes)       {}
 func (noPodSecurityMetrics) RecordError(_ bool, _ psaapi.Attributes) {}
-
-// headerWarnings is the request's warning.Recorder: each warning an admission plugin (or a
-// webhook's response) adds becomes one `Warning: 299 - "..."` header, once, as
-// kube-apiserver sends them. Added before the response is written, as admission runs first.
-type headerWarnings struct {
-	h    http.Header
-	seen map[string]bool
-}
-
-func (w *headerWarnings) AddWarning(_, text string) {
-	if text == "" || w.seen[text] {
-		return
-	}
-	h, err := utilnet.NewWarningHeader(299, "-", text)
-	if err != nil {
-		return // as kube-apiserver drops a warning it cannot send
-	}
-	if w.seen == nil {
-		w.seen = map[string]bool{}
-	}
-	w.seen[text] = true
-	w.h.Add("Warning", h)
-}
 
 // annotate adds audit annotations to the request's audit event.
 func (st *requestState) annotate(annotations map[string]string) {
