@@ -72,7 +72,10 @@ func admitPodSecurity(s *Server, ctx context.Context, a *admission) error {
 	}
 	attrs := &psaapi.AttributesRecord{
 		Name: a.name, Namespace: a.namespace, Kind: a.res.gvk(), Resource: a.res.gvr(), Subresource: a.subresource,
-		Operation: op, Object: a.obj, OldObject: a.old, Username: stateFrom(ctx).user.Name,
+		Operation: op, Object: a.obj, OldObject: a.old,
+	}
+	if u := stateFrom(ctx).user; u != nil { // nil for the API server's own writes
+		attrs.Username = u.Name
 	}
 	if a.kind != nil {
 		attrs.Kind = *a.kind
