@@ -292,15 +292,8 @@ func (f *Fleet) addHandlers() error {
 	}
 	_, err := f.nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			node, ok := obj.(*corev1.Node)
-			if !ok {
-				return
-			}
-			if n, ok := f.byName[node.Name]; ok {
-				f.reportAnnotationProblems(n, node)
-				f.heartbeat.poke(n, beatStatus)
-				f.heartbeat.poke(n, beatLease)
-				f.pods.enqueueNode(n.name)
+			if node, ok := obj.(*corev1.Node); ok {
+				f.nodeAdded(node)
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -334,6 +327,25 @@ func (f *Fleet) addHandlers() error {
 	return err
 }
 
+// nodeAdded handles the node informer's add event for one of the fleet's nodes. A heartbeat
+// job that ran before the cache held the node found nothing and did nothing, so it is poked
+// to run now; one that has already beaten is left in its slot of the schedule. client-go
+// calls handlers after the cache has the object, so the event can arrive after the first
+// beats, and poking those again would shift their next renewal.
+func (f *Fleet) nodeAdded(node *corev1.Node) {
+	n, ok := f.byName[node.Name]
+	if !ok {
+		return
+	}
+	f.reportAnnotationProblems(n, node)
+	for _, kind := range []beatKind{beatStatus, beatLease} {
+		if n.progress.Load()&beatProgress(kind) == 0 {
+			f.heartbeat.poke(n, kind)
+		}
+	}
+	f.pods.enqueueNode(n.name)
+}
+
 func (f *Fleet) reportAnnotationProblems(n *stubNode, node *corev1.Node) {
 	for _, err := range annotationProblems(node.Annotations) {
 		f.log.Warn("ignoring malformed fault annotation", "node", n.name, "err", err)
@@ -359,11 +371,15 @@ func (f *Fleet) onRegistered(n *stubNode) {
 // onBeat is the heartbeater's callback: it counts nodes that have sent their first status
 // and lease, which is what Ready reports.
 func (f *Fleet) onBeat(n *stubNode, kind beatKind) {
-	bit := progressStatus
+	f.mark(n, beatProgress(kind))
+}
+
+// beatProgress is the progress bit a node's first beat of kind sets.
+func beatProgress(kind beatKind) uint32 {
 	if kind == beatLease {
-		bit = progressLease
+		return progressLease
 	}
-	f.mark(n, bit)
+	return progressStatus
 }
 
 // mark sets a progress bit of n and reports whether it was newly set; the node that

@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -59,6 +61,48 @@ func (tf *testFleet) statusPatches() map[string]int {
 		}
 	}
 	return out
+}
+
+// TestLateNodeAddPokesOnlyJobsNotYetRun checks the node informer's add handler, which can
+// run after the node's first beats (client-go notifies handlers after the cache has the
+// object): a job that has beaten keeps its slot, one that has not runs now.
+func TestLateNodeAddPokesOnlyJobsNotYetRun(t *testing.T) {
+	tests := []struct {
+		name     string
+		progress uint32
+		want     []beatKind
+	}{
+		{"registered, no beat yet", progressRegistered, []beatKind{beatStatus, beatLease}},
+		{"status sent", progressRegistered | progressStatus, []beatKind{beatLease}},
+		{"lease sent", progressRegistered | progressLease, []beatKind{beatStatus}},
+		{"both sent", progressAll, nil},
+		{"not registered", 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Built but not run: nothing takes keys off the queue while the test reads it.
+			f, err := New(testConfig(2), Options{Client: fake.NewClientset(), Clock: testingclock.NewFakeClock(t0), Logger: quietLogger()})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			t.Cleanup(f.heartbeat.queue.ShutDown)
+			n := f.byName["n-1"]
+			n.progress.Store(tt.progress)
+			f.nodeAdded(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-1"}})
+			var got []beatKind
+			for f.heartbeat.queue.Len() > 0 {
+				key, _ := f.heartbeat.queue.Get()
+				if key.node != int32(n.index) {
+					t.Errorf("queued node %d, want %d", key.node, n.index)
+				}
+				got = append(got, key.kind)
+				f.heartbeat.queue.Done(key)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("queued %v, want %v", got, tt.want)
+			}
+		})
+	}
 }
 
 // TestLeaseRenewalsAreSpreadEvenly steps a fake clock through one renew period of a fleet of
