@@ -589,6 +589,8 @@ func admissionResources() []*resource {
 	newVWC, newVWCList := listOf[admissionregistrationv1.ValidatingWebhookConfiguration, admissionregistrationv1.ValidatingWebhookConfigurationList]()
 	newMWC, newMWCList := listOf[admissionregistrationv1.MutatingWebhookConfiguration, admissionregistrationv1.MutatingWebhookConfigurationList]()
 	newAPIService, newAPIServiceList := listOf[apiregistrationv1.APIService, apiregistrationv1.APIServiceList]()
+	newVAP, newVAPList := listOf[admissionregistrationv1.ValidatingAdmissionPolicy, admissionregistrationv1.ValidatingAdmissionPolicyList]()
+	newVAPB, newVAPBList := listOf[admissionregistrationv1.ValidatingAdmissionPolicyBinding, admissionregistrationv1.ValidatingAdmissionPolicyBindingList]()
 	const group = "admissionregistration.k8s.io"
 	return []*resource{
 		{group: apiregistrationv1.GroupName, version: "v1", name: "apiservices", kind: "APIService", singular: "apiservice",
@@ -604,6 +606,12 @@ func admissionResources() []*resource {
 			strategy: webhookConfigurationStrategy[*admissionregistrationv1.MutatingWebhookConfiguration]{mutatingWebhookConfigurationRules,
 				func(c *admissionregistrationv1.MutatingWebhookConfiguration) any { return c.Webhooks }},
 			tracksGeneration: true, inertNote: unreachableWebhooks},
+		{group: group, version: "v1", name: "validatingadmissionpolicies", kind: "ValidatingAdmissionPolicy",
+			singular: "validatingadmissionpolicy", categories: []string{"api-extensions"}, subresources: []subresource{statusSubresource},
+			newFunc: newVAP, newListFunc: newVAPList, strategy: validatingAdmissionPolicyRules, tracksGeneration: true},
+		{group: group, version: "v1", name: "validatingadmissionpolicybindings", kind: "ValidatingAdmissionPolicyBinding",
+			singular: "validatingadmissionpolicybinding", categories: []string{"api-extensions"},
+			newFunc: newVAPB, newListFunc: newVAPBList, strategy: validatingAdmissionPolicyBindingRules, tracksGeneration: true},
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
-	apiservercel "k8s.io/apiserver/pkg/cel"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/apiserver/pkg/util/webhook"
 )
@@ -267,6 +266,12 @@ var matchConditionCompiler = sync.OnceValue(func() plugincel.Compiler {
 })
 
 func checkMatchConditions(conditions []admissionregistrationv1.MatchCondition, p *field.Path) field.ErrorList {
+	return checkMatchConditionsDeclaring(conditions, plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, p)
+}
+
+// checkMatchConditionsDeclaring checks match conditions whose expressions may use the
+// variables decls declares: a webhook's have no params, a policy's may.
+func checkMatchConditionsDeclaring(conditions []admissionregistrationv1.MatchCondition, decls plugincel.OptionalVariableDeclarations, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if len(conditions) > maxMatchConditions {
 		errs = append(errs, field.TooMany(p, len(conditions), maxMatchConditions))
@@ -277,7 +282,7 @@ func checkMatchConditions(conditions []admissionregistrationv1.MatchCondition, p
 		if expr := strings.TrimSpace(c.Expression); expr == "" {
 			errs = append(errs, field.Required(cp.Child("expression"), ""))
 		} else {
-			errs = append(errs, compileMatchCondition(expr, cp.Child("expression"))...)
+			errs = append(errs, compileMatchCondition(expr, decls, cp.Child("expression"))...)
 		}
 		switch {
 		case c.Name == "":
@@ -295,21 +300,13 @@ func checkMatchConditions(conditions []admissionregistrationv1.MatchCondition, p
 }
 
 // compileMatchCondition compiles one condition as a new expression: it must be CEL that
-// yields a bool from object, oldObject, request and authorizer.
-func compileMatchCondition(expr string, p *field.Path) field.ErrorList {
-	result := matchConditionCompiler().CompileCELExpression(&matchconditions.MatchCondition{Expression: expr},
-		plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, environment.NewExpressions)
+// yields a bool from object, oldObject, request, authorizer and what else decls declares.
+func compileMatchCondition(expr string, decls plugincel.OptionalVariableDeclarations, p *field.Path) field.ErrorList {
+	result := matchConditionCompiler().CompileCELExpression(&matchconditions.MatchCondition{Expression: expr}, decls, environment.NewExpressions)
 	if result.Error == nil {
 		return nil
 	}
-	switch result.Error.Type {
-	case apiservercel.ErrorTypeRequired:
-		return field.ErrorList{field.Required(p, result.Error.Detail)}
-	case apiservercel.ErrorTypeInvalid:
-		return field.ErrorList{field.Invalid(p, expr, result.Error.Detail)}
-	default:
-		return field.ErrorList{field.InternalError(p, result.Error)}
-	}
+	return field.ErrorList{celFieldError(p, expr, result.Error)}
 }
 
 // checkWebhookNames: every webhook of a configuration has a name of its own.
