@@ -29,9 +29,10 @@ import (
 // mutating ServiceAccount, Priority, RuntimeClass, DefaultStorageClass and DefaultIngressClass
 // plugins and the mutating admission webhooks, then the kind's own validation, then the
 // validating plugins: PodSecurity, RuntimeClass's overhead check, RBAC's escalation check (which kube-apiserver makes in the RBAC
-// kinds' storage), the validating admission webhooks and ResourceQuota, which charges the
-// quota last, so that nothing refused later has been counted. Updates run the mutating
-// webhooks (applyUpdate) and the validating plugins; deletes the webhooks of both kinds.
+// kinds' storage), the ValidatingAdmissionPolicies, the validating admission webhooks and
+// ResourceQuota, which charges the quota last, so that nothing refused later has been
+// counted. Updates run the mutating webhooks (applyUpdate) and the validating plugins;
+// deletes and subresource creates the webhooks of both kinds and the policies.
 
 // admissionOp is the operation being admitted.
 type admissionOp string
@@ -89,6 +90,7 @@ var admissionPlugins = []admissionPlugin{
 	{name: "PodSecurity", phase: validating, admit: admitPodSecurity},
 	{name: "RuntimeClass", phase: validating, admit: validateRuntimeClassOverhead},
 	{name: "RBACEscalation", phase: validating, admit: admitRBACEscalation},
+	{name: "ValidatingAdmissionPolicy", phase: validating, admit: validatePolicies},
 	{name: "ValidatingAdmissionWebhook", phase: validating, admit: validateWebhooks},
 	{name: "ResourceQuota", phase: validating, admit: admitQuota},
 }

@@ -248,6 +248,20 @@ func (reg *registry) groupVersions() []schema.GroupVersion {
 	return out
 }
 
+// allGroupVersions returns every served group/version, group by group in registration
+// order, each group's preferred version first.
+func (reg *registry) allGroupVersions() []schema.GroupVersion {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	var out []schema.GroupVersion
+	for _, g := range reg.groups {
+		for _, v := range reg.versions[g] {
+			out = append(out, schema.GroupVersion{Group: g, Version: v})
+		}
+	}
+	return out
+}
+
 // groupVersion returns the preferred version served for group, if the group is served.
 func (reg *registry) groupVersion(group string) (string, bool) {
 	reg.mu.RLock()

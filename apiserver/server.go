@@ -60,6 +60,8 @@ type Server struct {
 	quota    *quotaTracker
 	// webhooks calls the admission webhooks; nil until Start.
 	webhooks atomic.Pointer[admissionWebhooks]
+	// policies enforces the admission policies; nil until Start.
+	policies atomic.Pointer[admissionPolicies]
 	budgets  *budgetTracker
 	// podSecurity is the PodSecurity admission plugin.
 	podSecurity *podSecurity
@@ -386,11 +388,9 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("watch cache for %s did not start: %w", r.name, err)
 		}
 	}
-	webhooks, err := s.startAdmissionWebhooks(ctx)
-	if err != nil {
+	if err := s.startAdmission(ctx); err != nil {
 		return err
 	}
-	s.webhooks.Store(webhooks)
 	if err := s.bootstrap(ctx); err != nil {
 		return err
 	}

@@ -44,20 +44,23 @@ type admissionWebhooks struct {
 	// callable counts the webhooks that can be called. While it is 0 (no configuration
 	// has a `url` webhook) a write does not build the plugins' attributes at all.
 	callable atomic.Int64
+	recount  func()
 }
 
-// startAdmissionWebhooks builds the plugins on informers that follow the server's own
-// watch caches, and waits until those hold what the caches hold.
-func (s *Server) startAdmissionWebhooks(ctx context.Context) (*admissionWebhooks, error) {
+// startAdmission builds the admission plugins that k8s.io/apiserver provides (webhooks and
+// policies) on one informer factory whose informers follow the server's own watch caches,
+// and waits until those hold what the caches hold.
+func (s *Server) startAdmission(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(nil, 0, informers.WithTransform(onlyURLWebhooks))
-	for _, gr := range []struct{ group, version, name string }{
-		{"", "v1", "namespaces"},
-		{admissionregistrationv1.GroupName, "v1", "mutatingwebhookconfigurations"},
-		{admissionregistrationv1.GroupName, "v1", "validatingwebhookconfigurations"},
-	} {
-		res := s.reg.lookup(gr.group, gr.version, gr.name)
+	admissionKinds := append([]schema.GroupVersionResource{
+		corev1.SchemeGroupVersion.WithResource("namespaces"),
+		admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingwebhookconfigurations"),
+		admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations"),
+	}, validatingPolicyResources...)
+	for _, gvr := range admissionKinds {
+		res := s.reg.lookup(gvr.Group, gvr.Version, gvr.Resource)
 		if res == nil {
-			return nil, fmt.Errorf("apiserver: %s is not served", gr.name)
+			return fmt.Errorf("apiserver: %s is not served", gvr.Resource)
 		}
 		lw := &cacheListerWatcher{s: s, res: res, ctx: ctx}
 		// The factory hands this informer to whoever asks for the type, the plugins included.
@@ -65,13 +68,38 @@ func (s *Server) startAdmissionWebhooks(ctx context.Context) (*admissionWebhooks
 			return cache.NewSharedIndexInformer(lw, res.newFunc(), 0, cache.Indexers{})
 		})
 	}
-	w := &admissionWebhooks{objects: &genericadmission.RuntimeObjectInterfaces{
+	objects := &genericadmission.RuntimeObjectInterfaces{
 		ObjectCreater:            Scheme,
 		ObjectTyper:              Scheme,
 		ObjectDefaulter:          Scheme,
 		ObjectConvertor:          sameTypeConvertor{Scheme},
 		EquivalentResourceMapper: s.equivalents,
-	}}
+	}
+	webhooks, err := s.newAdmissionWebhooks(factory, objects)
+	if err != nil {
+		return err
+	}
+	policies, err := s.newAdmissionPolicies(ctx, factory, objects)
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	for typ, synced := range factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			return fmt.Errorf("apiserver: the admission informer for %v did not sync", typ)
+		}
+	}
+	webhooks.recount()
+	policies.recount()
+	s.webhooks.Store(webhooks)
+	s.policies.Store(policies)
+	return nil
+}
+
+// newAdmissionWebhooks builds the webhook plugins on factory, whose informers the caller
+// starts.
+func (s *Server) newAdmissionWebhooks(factory informers.SharedInformerFactory, objects genericadmission.ObjectInterfaces) (*admissionWebhooks, error) {
+	w := &admissionWebhooks{objects: objects}
 	var err error
 	if w.mutating, err = mutatingwebhook.NewMutatingWebhook(nil); err != nil {
 		return nil, err
@@ -93,11 +121,11 @@ func (s *Server) startAdmissionWebhooks(ctx context.Context) (*admissionWebhooks
 			return nil, err
 		}
 	}
-	recount := func() { w.callable.Store(int64(countWebhooks(factory))) }
+	w.recount = func() { w.callable.Store(int64(countWebhooks(factory))) }
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { recount() },
-		UpdateFunc: func(any, any) { recount() },
-		DeleteFunc: func(any) { recount() },
+		AddFunc:    func(any) { w.recount() },
+		UpdateFunc: func(any, any) { w.recount() },
+		DeleteFunc: func(any) { w.recount() },
 	}
 	for _, inf := range []cache.SharedIndexInformer{
 		factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer(),
@@ -107,13 +135,6 @@ func (s *Server) startAdmissionWebhooks(ctx context.Context) (*admissionWebhooks
 			return nil, err
 		}
 	}
-	factory.Start(ctx.Done())
-	for typ, synced := range factory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			return nil, fmt.Errorf("apiserver: the webhooks' informer for %v did not sync", typ)
-		}
-	}
-	recount()
 	return w, nil
 }
 
@@ -260,8 +281,9 @@ func (w webhookAuthorizer) Authorize(_ context.Context, a authorizer.Attributes)
 	}
 }
 
-// attributes describes a write to the plugins, as kube-apiserver's handlers do.
-func (w *admissionWebhooks) attributes(ctx context.Context, a *admission) genericadmission.Attributes {
+// admissionAttributes describes a write to the library's plugins, as kube-apiserver's
+// handlers do.
+func admissionAttributes(ctx context.Context, a *admission) genericadmission.Attributes {
 	var op genericadmission.Operation
 	var options runtime.Object
 	var dryRun []string
@@ -311,20 +333,22 @@ func (s *Server) admitMutatingWebhooks(ctx context.Context, a *admission) (bool,
 	if !w.called(ctx) {
 		return false, nil
 	}
-	attrs := w.attributes(ctx, a)
+	attrs := newAuditedAttributes(admissionAttributes(ctx, a))
 	if !w.mutating.Handles(attrs.GetOperation()) {
 		return false, nil
 	}
-	return true, w.mutating.Admit(ctx, attrs, w.objectsFor(a.res))
+	err := w.mutating.Admit(ctx, attrs, admissionObjectsFor(w.objects, a.res))
+	attrs.flush(ctx)
+	return true, err
 }
 
-// objectsFor is what the plugins create, convert and default res's objects with. A
-// webhook whose rule names another version of a definition's resource (matchPolicy
-// Equivalent) is sent the object converted to that version by the definition's converter,
-// and what it changes is converted back.
-func (w *admissionWebhooks) objectsFor(res *resource) genericadmission.ObjectInterfaces {
+// admissionObjectsFor is what the plugins create, convert and default res's objects with,
+// base for built-in kinds. A webhook or policy whose rule names another version of a
+// definition's resource (matchPolicy Equivalent) is given the object converted to that
+// version by the definition's converter, and what it changes is converted back.
+func admissionObjectsFor(base genericadmission.ObjectInterfaces, res *resource) genericadmission.ObjectInterfaces {
 	if res.custom == nil {
-		return w.objects
+		return base
 	}
 	var convertor runtime.ObjectConvertor = Scheme // a straight copy between unstructured objects
 	if res.custom.conv != nil {
@@ -335,7 +359,7 @@ func (w *admissionWebhooks) objectsFor(res *resource) genericadmission.ObjectInt
 		ObjectTyper:              Scheme,
 		ObjectDefaulter:          Scheme, // the schema's defaults come after, as the write is prepared again
 		ObjectConvertor:          convertor,
-		EquivalentResourceMapper: w.objects.GetEquivalentResourceMapper(),
+		EquivalentResourceMapper: base.GetEquivalentResourceMapper(),
 	}
 }
 
@@ -357,35 +381,45 @@ func validateWebhooks(s *Server, ctx context.Context, a *admission) error {
 	if !w.called(ctx) {
 		return nil
 	}
-	attrs := w.attributes(ctx, a)
+	attrs := newAuditedAttributes(admissionAttributes(ctx, a))
 	if !w.validating.Handles(attrs.GetOperation()) {
 		return nil
 	}
-	return w.validating.Validate(ctx, attrs, w.objectsFor(a.res))
+	err := w.validating.Validate(ctx, attrs, admissionObjectsFor(w.objects, a.res))
+	attrs.flush(ctx)
+	return err
 }
 
-// admitDelete sends a client's delete to the webhooks of both kinds, with the stored object
-// as the old one, as kube-apiserver's delete handler does; neither can change it.
+// admitDelete sends a client's delete to the webhooks of both kinds and to the policies, with
+// the stored object as the old one, as kube-apiserver's delete handler does; none can change
+// it.
 func (s *Server) admitDelete(ctx context.Context, res *resource, cur runtime.Object, namespace, name string, dryRun bool) error {
-	if !s.webhooks.Load().called(ctx) {
+	if !s.webhooks.Load().called(ctx) && !s.policies.Load().applies(ctx) {
 		return nil
 	}
 	a := &admission{op: opDelete, res: res, old: cur, namespace: namespace, name: name, dryRun: dryRun}
-	if _, err := s.admitMutatingWebhooks(ctx, a); err != nil {
-		return err
-	}
-	return validateWebhooks(s, ctx, a)
+	return s.admitUnchangeable(ctx, a)
 }
 
 // admitSubresourceCreate sends the create of a subresource's object (a pod's Binding or
-// Eviction) to the webhooks of both kinds, before the server acts on it, as kube-apiserver's
-// create handler and the subresource's storage do. A mutating webhook may change obj.
+// Eviction) to the webhooks of both kinds and to the policies, before the server acts on
+// it, as kube-apiserver's create handler and the subresource's storage do. A mutating
+// webhook may change obj.
 func (c *call) admitSubresourceCreate(kind schema.GroupVersionKind, obj runtime.Object, dryRun bool) error {
 	ctx := c.r.Context()
 	a := &admission{op: opCreate, res: c.info.res, kind: &kind, obj: obj, subresource: c.info.subresource,
 		namespace: c.info.namespace, name: c.info.name, dryRun: dryRun}
-	if _, err := c.s.admitMutatingWebhooks(ctx, a); err != nil {
+	return c.s.admitUnchangeable(ctx, a)
+}
+
+// admitUnchangeable runs the mutating webhooks, the policies and the validating webhooks on
+// a write that the kind's preparation does not see again.
+func (s *Server) admitUnchangeable(ctx context.Context, a *admission) error {
+	if _, err := s.admitMutatingWebhooks(ctx, a); err != nil {
 		return err
 	}
-	return validateWebhooks(c.s, ctx, a)
+	if err := validatePolicies(s, ctx, a); err != nil {
+		return err
+	}
+	return validateWebhooks(s, ctx, a)
 }

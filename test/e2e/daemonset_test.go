@@ -1079,10 +1079,16 @@ func TestDaemonSetRefusedByPodSecurity(t *testing.T) {
 	ds.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &privileged}
 	dsCreate(t, c, ds)
 
-	const want = `is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (container "c" must not set securityContext.privileged=true)`
-	dsEventually(t, dsTimeout, "a FailedCreate event naming the PodSecurity violation", func() (string, bool) {
+	dsWaitRefused(t, c, "agent", 2, `is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (container "c" must not set securityContext.privileged=true)`)
+}
+
+// dsWaitRefused waits until the DaemonSet name, over desired nodes, has a FailedCreate event
+// whose message contains want and reports desired pods unavailable, none created.
+func dsWaitRefused(t *testing.T, c kubernetes.Interface, name string, desired int32, want string) {
+	t.Helper()
+	dsEventually(t, dsTimeout, "a FailedCreate event containing "+want, func() (string, bool) {
 		var seen []string
-		for _, e := range dsEvents(t, c, "agent") {
+		for _, e := range dsEvents(t, c, name) {
 			seen = append(seen, e.Reason+": "+e.Message)
 			if e.Reason == "FailedCreate" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, want) {
 				return "", true
@@ -1090,8 +1096,8 @@ func TestDaemonSetRefusedByPodSecurity(t *testing.T) {
 		}
 		return strings.Join(seen, "\n"), false
 	})
-	dsWaitStatus(t, c, "agent", dsStatus{Desired: 2, Unavailable: 2})
-	if pods := dsListPods(t, c, "agent"); len(pods) != 0 {
+	dsWaitStatus(t, c, name, dsStatus{Desired: desired, Unavailable: desired})
+	if pods := dsListPods(t, c, name); len(pods) != 0 {
 		t.Errorf("%d pods exist", len(pods))
 	}
 }
