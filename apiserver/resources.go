@@ -591,6 +591,8 @@ func admissionResources() []*resource {
 	newAPIService, newAPIServiceList := listOf[apiregistrationv1.APIService, apiregistrationv1.APIServiceList]()
 	newVAP, newVAPList := listOf[admissionregistrationv1.ValidatingAdmissionPolicy, admissionregistrationv1.ValidatingAdmissionPolicyList]()
 	newVAPB, newVAPBList := listOf[admissionregistrationv1.ValidatingAdmissionPolicyBinding, admissionregistrationv1.ValidatingAdmissionPolicyBindingList]()
+	newMAP, newMAPList := listOf[admissionregistrationv1.MutatingAdmissionPolicy, admissionregistrationv1.MutatingAdmissionPolicyList]()
+	newMAPB, newMAPBList := listOf[admissionregistrationv1.MutatingAdmissionPolicyBinding, admissionregistrationv1.MutatingAdmissionPolicyBindingList]()
 	const group = "admissionregistration.k8s.io"
 	return []*resource{
 		{group: apiregistrationv1.GroupName, version: "v1", name: "apiservices", kind: "APIService", singular: "apiservice",
@@ -612,6 +614,12 @@ func admissionResources() []*resource {
 		{group: group, version: "v1", name: "validatingadmissionpolicybindings", kind: "ValidatingAdmissionPolicyBinding",
 			singular: "validatingadmissionpolicybinding", categories: []string{"api-extensions"},
 			newFunc: newVAPB, newListFunc: newVAPBList, strategy: validatingAdmissionPolicyBindingRules, tracksGeneration: true},
+		{group: group, version: "v1", name: "mutatingadmissionpolicies", kind: "MutatingAdmissionPolicy",
+			singular: "mutatingadmissionpolicy", categories: []string{"api-extensions"},
+			newFunc: newMAP, newListFunc: newMAPList, strategy: mutatingAdmissionPolicyRules, tracksGeneration: true},
+		{group: group, version: "v1", name: "mutatingadmissionpolicybindings", kind: "MutatingAdmissionPolicyBinding",
+			singular: "mutatingadmissionpolicybinding", categories: []string{"api-extensions"},
+			newFunc: newMAPB, newListFunc: newMAPBList, strategy: mutatingAdmissionPolicyBindingRules, tracksGeneration: true},
 	}
 }
 

@@ -204,6 +204,13 @@ func checkPolicyName(name string, p *field.Path) field.ErrorList {
 	return errs
 }
 
+// checkBinding checks the fields both binding kinds have, under p (the spec).
+func checkBinding(policyName string, pr *admissionregistrationv1.ParamRef, mr *admissionregistrationv1.MatchResources, p *field.Path) field.ErrorList {
+	errs := checkPolicyName(policyName, p.Child("policyName"))
+	errs = append(errs, checkParamRef(pr, p.Child("paramRef"))...)
+	return append(errs, checkMatchResources(mr, p.Child("matchResources"))...)
+}
+
 // checkParamRef checks how a binding finds its params: by name or by selector, not both,
 // and what to do when none is found.
 func checkParamRef(pr *admissionregistrationv1.ParamRef, p *field.Path) field.ErrorList {
@@ -420,15 +427,35 @@ func checkValidationActions(actions []admissionregistrationv1.ValidationAction, 
 	return errs
 }
 
-// policyMatchConditions checks a policy's match conditions, which may read params when the
-// policy has them. An update that changes neither them nor the paramKind leaves them
-// unchecked, as kube-apiserver does, so that conditions stored under other rules do not
-// block every later write of the policy.
-func policyMatchConditions(conditions, oldConditions []admissionregistrationv1.MatchCondition, paramKind, oldParamKind *admissionregistrationv1.ParamKind, update bool, p *field.Path) field.ErrorList {
-	if update && apiequality.Semantic.DeepEqual(conditions, oldConditions) && apiequality.Semantic.DeepEqual(paramKind, oldParamKind) {
-		return nil
+// policyCore are the fields both policy kinds have, for the checks they share.
+type policyCore struct {
+	failurePolicy    *admissionregistrationv1.FailurePolicyType
+	paramKind        *admissionregistrationv1.ParamKind
+	matchConstraints *admissionregistrationv1.MatchResources
+	matchConditions  []admissionregistrationv1.MatchCondition
+	variables        []admissionregistrationv1.Variable
+}
+
+// check checks the shared fields of a policy, old being the stored policy's on update and
+// nil on create. It compiles the variables into c, for the kind's own expressions after.
+func (pc policyCore) check(c *policyCompiler, old *policyCore, p *field.Path) field.ErrorList {
+	errs := checkFailurePolicy(pc.failurePolicy, p.Child("failurePolicy"))
+	errs = append(errs, checkParamKind(pc.paramKind, p.Child("paramKind"))...)
+	errs = append(errs, checkMatchConstraints(pc.matchConstraints, p.Child("matchConstraints"))...)
+	// An update that changes neither the match conditions nor the paramKind leaves the
+	// conditions unchecked, as kube-apiserver does, so that conditions stored under other
+	// rules do not block every later write of the policy.
+	if old == nil || !apiequality.Semantic.DeepEqual(pc.matchConditions, old.matchConditions) ||
+		!apiequality.Semantic.DeepEqual(pc.paramKind, old.paramKind) {
+		errs = append(errs, checkMatchConditionsDeclaring(pc.matchConditions,
+			plugincel.OptionalVariableDeclarations{HasParams: pc.paramKind != nil, HasAuthorizer: true}, p.Child("matchConditions"))...)
 	}
-	return checkMatchConditionsDeclaring(conditions, plugincel.OptionalVariableDeclarations{HasParams: paramKind != nil, HasAuthorizer: true}, p)
+	return append(errs, checkVariables(c, pc.variables, pc.paramKind != nil, p.Child("variables"))...)
+}
+
+func validatingPolicyCore(s *admissionregistrationv1.ValidatingAdmissionPolicySpec) policyCore {
+	return policyCore{failurePolicy: s.FailurePolicy, paramKind: s.ParamKind, matchConstraints: s.MatchConstraints,
+		matchConditions: s.MatchConditions, variables: s.Variables}
 }
 
 // validatingPolicyExpressions are the expressions of a stored policy, for policyCompiler.
@@ -450,17 +477,14 @@ func validatingPolicyExpressions(spec *admissionregistrationv1.ValidatingAdmissi
 func checkValidatingPolicy(pol, old *admissionregistrationv1.ValidatingAdmissionPolicy) field.ErrorList {
 	spec, p := &pol.Spec, field.NewPath("spec")
 	c := &policyCompiler{hasVariables: len(spec.Variables) > 0}
-	var oldSpec admissionregistrationv1.ValidatingAdmissionPolicySpec
+	var oldCore *policyCore
 	if old != nil {
-		oldSpec = old.Spec
-		c.stored = validatingPolicyExpressions(&oldSpec)
+		c.stored = validatingPolicyExpressions(&old.Spec)
+		core := validatingPolicyCore(&old.Spec)
+		oldCore = &core
 	}
+	errs := validatingPolicyCore(spec).check(c, oldCore, p)
 	hasParams := spec.ParamKind != nil
-	errs := checkFailurePolicy(spec.FailurePolicy, p.Child("failurePolicy"))
-	errs = append(errs, checkParamKind(spec.ParamKind, p.Child("paramKind"))...)
-	errs = append(errs, checkMatchConstraints(spec.MatchConstraints, p.Child("matchConstraints"))...)
-	errs = append(errs, policyMatchConditions(spec.MatchConditions, oldSpec.MatchConditions, spec.ParamKind, oldSpec.ParamKind, old != nil, p.Child("matchConditions"))...)
-	errs = append(errs, checkVariables(c, spec.Variables, hasParams, p.Child("variables"))...)
 	if len(spec.Validations) == 0 && len(spec.AuditAnnotations) == 0 {
 		const msg = "validations or auditAnnotations must contain at least one item"
 		return append(errs, field.Required(p.Child("validations"), msg), field.Required(p.Child("auditAnnotations"), msg))
@@ -569,9 +593,7 @@ var validatingAdmissionPolicyBindingRules = kindRules[*admissionregistrationv1.V
 	},
 	check: func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) field.ErrorList {
 		p := field.NewPath("spec")
-		errs := checkPolicyName(b.Spec.PolicyName, p.Child("policyName"))
-		errs = append(errs, checkParamRef(b.Spec.ParamRef, p.Child("paramRef"))...)
-		errs = append(errs, checkMatchResources(b.Spec.MatchResources, p.Child("matchResources"))...)
+		errs := checkBinding(b.Spec.PolicyName, b.Spec.ParamRef, b.Spec.MatchResources, p)
 		return append(errs, checkValidationActions(b.Spec.ValidationActions, p.Child("validationActions"))...)
 	},
 	columns: policyBindingColumns,
