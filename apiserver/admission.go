@@ -27,12 +27,12 @@ import (
 // Admission runs between decoding and storage, in the order kube-apiserver runs the plugins
 // miniplane has: NamespaceLifecycle (checkNamespaceOpen, before everything), then the
 // mutating ServiceAccount, Priority, RuntimeClass, DefaultStorageClass and DefaultIngressClass
-// plugins and the mutating admission webhooks, then the kind's own validation, then the
+// plugins, the MutatingAdmissionPolicies and the mutating admission webhooks, then the kind's own validation, then the
 // validating plugins: PodSecurity, RuntimeClass's overhead check, RBAC's escalation check (which kube-apiserver makes in the RBAC
 // kinds' storage), the ValidatingAdmissionPolicies, the validating admission webhooks and
 // ResourceQuota, which charges the quota last, so that nothing refused later has been
-// counted. Updates run the mutating webhooks (applyUpdate) and the validating plugins;
-// deletes and subresource creates the webhooks of both kinds and the policies.
+// counted. Updates run the mutating policies and webhooks (applyUpdate) and the validating
+// plugins; deletes and subresource creates the webhooks and policies of both kinds.
 
 // admissionOp is the operation being admitted.
 type admissionOp string
@@ -86,6 +86,7 @@ var admissionPlugins = []admissionPlugin{
 	{name: "RuntimeClass", phase: mutating, admit: admitRuntimeClass},
 	{name: "DefaultStorageClass", phase: mutating, admit: admitDefaultStorageClass},
 	{name: "DefaultIngressClass", phase: mutating, admit: admitDefaultIngressClass},
+	{name: "MutatingAdmissionPolicy", phase: mutating, admit: admitPoliciesOnCreate},
 	{name: "MutatingAdmissionWebhook", phase: mutating, admit: admitWebhooksOnCreate},
 	{name: "PodSecurity", phase: validating, admit: admitPodSecurity},
 	{name: "RuntimeClass", phase: validating, admit: validateRuntimeClassOverhead},

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,69 +17,125 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	genericadmission "k8s.io/apiserver/pkg/admission"
+	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/kube-openapi/pkg/cached"
+	"k8s.io/kube-openapi/pkg/spec3"
 )
 
-// ValidatingAdmissionPolicies are enforced by k8s.io/apiserver's ValidatingAdmissionPolicy
-// plugin, the one kube-apiserver runs: matching, CEL compilation and evaluation, params,
-// validation actions, messages and audit annotations are its own. miniplane feeds it what
-// kube-apiserver feeds it through its loopback client: informers over the watch caches, a
-// REST mapper over the registry, and for params a read-only dynamic client answered from the
-// caches. docs/kinds-and-admission.md, "Admission policies", says more.
+// Admission policies are enforced by k8s.io/apiserver's ValidatingAdmissionPolicy and
+// MutatingAdmissionPolicy plugins, the ones kube-apiserver runs: matching, CEL compilation
+// and evaluation, params, validation actions, patches, messages and audit annotations are
+// theirs. miniplane feeds them what kube-apiserver feeds them through its loopback client:
+// informers over the watch caches, a REST mapper over the registry, for params a read-only
+// dynamic client answered from the caches, and for the mutating plugin's merge types the
+// server's own OpenAPI v3 documents. docs/kinds-and-admission.md, "Admission policies",
+// says more.
 
-// admissionPolicies holds the policy plugin and what it reads.
+// admissionPolicies holds the two policy plugins and what they read.
 type admissionPolicies struct {
 	validating *validatingpolicy.Plugin
+	mutating   *mutatingpolicy.Plugin
 	objects    genericadmission.ObjectInterfaces
-	// bound counts the ValidatingAdmissionPolicyBindings. While it is 0 no policy can
-	// apply, and a write does not build the plugin's attributes at all.
-	bound    atomic.Int64
-	bindings cache.SharedIndexInformer
+	// validatingBound and mutatingBound count the bindings of each kind. While one is 0
+	// no policy of that kind can apply, and a write does not build the plugin's
+	// attributes at all.
+	validatingBound, mutatingBound bindingCount
 }
 
-func (p *admissionPolicies) recount() { p.bound.Store(int64(len(p.bindings.GetStore().ListKeys()))) }
+// bindingCount follows the number of objects an informer holds.
+type bindingCount struct {
+	n   atomic.Int64
+	inf cache.SharedIndexInformer
+}
 
-// newAdmissionPolicies builds the plugin on factory, whose informers the caller starts.
+func (c *bindingCount) follow(inf cache.SharedIndexInformer) error {
+	c.inf = inf
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.recount() },
+		UpdateFunc: func(any, any) { c.recount() },
+		DeleteFunc: func(any) { c.recount() },
+	})
+	return err
+}
+
+func (c *bindingCount) recount() { c.n.Store(int64(len(c.inf.GetStore().ListKeys()))) }
+
+func (p *admissionPolicies) recount() {
+	p.validatingBound.recount()
+	p.mutatingBound.recount()
+}
+
+// policyPlugin is what the two plugins share of their setup (k8s.io/apiserver's generic
+// policy plugin).
+type policyPlugin interface {
+	SetExternalKubeInformerFactory(informers.SharedInformerFactory)
+	SetExternalKubeClientSet(kubernetes.Interface)
+	SetRESTMapper(meta.RESTMapper)
+	SetDynamicClient(dynamic.Interface)
+	SetDrainedNotification(<-chan struct{})
+	SetUnconditionalAuthorizer(authorizer.UnconditionalAuthorizer)
+	SetEnabled(bool)
+	ValidateInitialization() error
+}
+
+// newAdmissionPolicies builds the plugins on factory, whose informers the caller starts.
 func (s *Server) newAdmissionPolicies(ctx context.Context, factory informers.SharedInformerFactory, objects genericadmission.ObjectInterfaces) (*admissionPolicies, error) {
 	p := &admissionPolicies{objects: objects}
 	var err error
 	if p.validating, err = validatingpolicy.NewPlugin(nil); err != nil {
 		return nil, err
 	}
-	p.validating.SetExternalKubeInformerFactory(paramlessFactory{factory})
-	p.validating.SetExternalKubeClientSet(namespaceGetter{s: s})
-	p.validating.SetRESTMapper(&registryRESTMapper{reg: s.reg})
-	p.validating.SetDynamicClient(cacheDynamicClient{s: s, ctx: ctx})
-	p.validating.SetDrainedNotification(ctx.Done())
-	p.validating.SetUnconditionalAuthorizer(webhookAuthorizer{s: s})
-	if err := p.validating.ValidateInitialization(); err != nil {
+	if p.mutating, err = mutatingpolicy.NewPlugin(nil); err != nil {
 		return nil, err
 	}
-	p.bindings = factory.Admissionregistration().V1().ValidatingAdmissionPolicyBindings().Informer()
-	if _, err := p.bindings.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.recount() },
-		UpdateFunc: func(any, any) { p.recount() },
-		DeleteFunc: func(any) { p.recount() },
-	}); err != nil {
+	mapper := &registryRESTMapper{reg: s.reg}
+	for _, plugin := range []policyPlugin{p.validating, p.mutating} {
+		plugin.SetExternalKubeInformerFactory(paramlessFactory{factory})
+		plugin.SetExternalKubeClientSet(namespaceGetter{s: s})
+		plugin.SetRESTMapper(mapper)
+		plugin.SetDynamicClient(cacheDynamicClient{s: s, ctx: ctx})
+		plugin.SetDrainedNotification(ctx.Done())
+		plugin.SetUnconditionalAuthorizer(webhookAuthorizer{s: s})
+		// The mutating plugin is off unless its feature gate is on; it is GA and on in
+		// kube-apiserver 1.37.
+		plugin.SetEnabled(true)
+		if err := plugin.ValidateInitialization(); err != nil {
+			return nil, err
+		}
+	}
+	v1 := factory.Admissionregistration().V1()
+	if err := p.validatingBound.follow(v1.ValidatingAdmissionPolicyBindings().Informer()); err != nil {
+		return nil, err
+	}
+	if err := p.mutatingBound.follow(v1.MutatingAdmissionPolicyBindings().Informer()); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// applies reports whether a write must go to the plugin: some binding exists, and the write
-// comes from a client, as for the webhooks (admissionWebhooks.called).
-func (p *admissionPolicies) applies(ctx context.Context) bool {
-	return p != nil && p.bound.Load() > 0 && stateFrom(ctx).user != nil
+// applies reports whether a write must go to the plugin whose bindings count says so: some
+// binding exists, and the write comes from a client, as for the webhooks
+// (admissionWebhooks.called).
+func (p *admissionPolicies) applies(ctx context.Context, bound func(*admissionPolicies) *bindingCount) bool {
+	return p != nil && bound(p).n.Load() > 0 && stateFrom(ctx).user != nil
 }
+
+func validatingBindings(p *admissionPolicies) *bindingCount { return &p.validatingBound }
+func mutatingBindings(p *admissionPolicies) *bindingCount   { return &p.mutatingBound }
 
 // validatePolicies is the ValidatingAdmissionPolicy plugin.
 func validatePolicies(s *Server, ctx context.Context, a *admission) error {
 	p := s.policies.Load()
-	if !p.applies(ctx) {
+	if !p.applies(ctx, validatingBindings) {
 		return nil
 	}
 	attrs := newAuditedAttributes(admissionAttributes(ctx, a))
@@ -88,6 +145,46 @@ func validatePolicies(s *Server, ctx context.Context, a *admission) error {
 	err := p.validating.Validate(ctx, attrs, admissionObjectsFor(p.objects, a.res))
 	attrs.flush(ctx)
 	return err
+}
+
+// admitMutatingPolicies is the MutatingAdmissionPolicy plugin. It reports whether it ran:
+// then the object may have changed and must be prepared again, as after a webhook. Each
+// policy runs once: reinvocation (reinvocationPolicy IfNeeded) is not done.
+func (s *Server) admitMutatingPolicies(ctx context.Context, a *admission) (bool, error) {
+	p := s.policies.Load()
+	if !p.applies(ctx, mutatingBindings) {
+		return false, nil
+	}
+	attrs := newAuditedAttributes(admissionAttributes(ctx, a))
+	if !p.mutating.Handles(attrs.GetOperation()) {
+		return false, nil
+	}
+	err := p.mutating.Admit(ctx, attrs, admissionObjectsFor(p.objects, a.res))
+	attrs.flush(ctx)
+	return true, err
+}
+
+// admitPoliciesOnCreate runs the mutating policies in the create's chain.
+func admitPoliciesOnCreate(s *Server, ctx context.Context, a *admission) error {
+	if a.op != opCreate {
+		return nil
+	}
+	ran, err := s.admitMutatingPolicies(ctx, a)
+	if ran && err == nil {
+		a.res.strategy.prepareForCreate(a.obj, s.clock.Now())
+	}
+	return err
+}
+
+// admitMutating runs the mutating policies, then the mutating webhooks.
+// It reports whether either ran: then the object must be prepared again.
+func (s *Server) admitMutating(ctx context.Context, a *admission) (bool, error) {
+	policies, err := s.admitMutatingPolicies(ctx, a)
+	if err != nil {
+		return policies, err
+	}
+	webhooks, err := s.admitMutatingWebhooks(ctx, a)
+	return policies || webhooks, err
 }
 
 // auditedAttributes passes the audit annotations a plugin adds to the request's audit event
@@ -330,8 +427,62 @@ func toUnstructured(res *resource, obj runtime.Object) (*unstructured.Unstructur
 	return u, nil
 }
 
-// validatingPolicyResources are the kinds whose informers the policy plugin reads.
-var validatingPolicyResources = []schema.GroupVersionResource{
+// policyResources are the kinds whose informers the policy plugins read.
+var policyResources = []schema.GroupVersionResource{
 	admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies"),
 	admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings"),
+	admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingadmissionpolicies"),
+	admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingadmissionpolicybindings"),
+}
+
+// Discovery is what the mutating policy plugin reads the OpenAPI v3 documents from (it
+// builds the merge types of apply configurations from them).
+func (g namespaceGetter) Discovery() discovery.DiscoveryInterfaces { return openAPIDiscovery{s: g.s} }
+
+// openAPIDiscovery answers OpenAPIV3 only; the embedded nil interface makes any other call
+// fail loudly.
+type openAPIDiscovery struct {
+	discovery.DiscoveryInterfaces
+	s *Server
+}
+
+func (d openAPIDiscovery) OpenAPIV3() openapi.Client { return serverOpenAPIV3{s: d.s} }
+
+// serverOpenAPIV3 is an OpenAPI v3 client that reads the server's own documents, with no
+// request: each group version's URL carries the registry's revision, so a new custom
+// resource version replaces what was built from the older document.
+type serverOpenAPIV3 struct{ s *Server }
+
+func (c serverOpenAPIV3) Paths() (map[string]openapi.GroupVersion, error) {
+	rev := c.s.reg.currentRevision()
+	_, docs, _, err := c.s.openapi.current()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]openapi.GroupVersion, len(docs))
+	for path, doc := range docs {
+		out[path] = serverOpenAPIDocument{path: path, rev: rev, doc: doc}
+	}
+	return out, nil
+}
+
+type serverOpenAPIDocument struct {
+	path string
+	rev  uint64
+	doc  cached.Value[*spec3.OpenAPI]
+}
+
+func (d serverOpenAPIDocument) Schema(contentType string) ([]byte, error) {
+	if contentType != runtime.ContentTypeJSON {
+		return nil, fmt.Errorf("apiserver: OpenAPI documents are read as JSON here, not %s", contentType)
+	}
+	doc, _, err := d.doc.Get()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
+}
+
+func (d serverOpenAPIDocument) ServerRelativeURL() string {
+	return "/openapi/v3/" + d.path + "?hash=" + strconv.FormatUint(d.rev, 10)
 }

@@ -2,14 +2,18 @@ package apiserver_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -200,5 +204,130 @@ func TestValidatingAdmissionPolicies(t *testing.T) {
 		if !strings.Contains(audited, `"message":"needs an owner label"`) || !strings.Contains(audited, `"policy":"labelled"`) {
 			t.Errorf("audit annotation validation_failure = %q, want the policy's failure", audited)
 		}
+	})
+}
+
+// mutatingPolicy is a MutatingAdmissionPolicy over resources of group/resource, for the
+// operations given, with one mutation.
+func mutatingPolicy(name, group, resource string, mutation admissionregistrationv1.Mutation, ops ...admissionregistrationv1.OperationType) *admissionregistrationv1.MutatingAdmissionPolicy {
+	return &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: []string{resource}}}}}},
+			Mutations:          []admissionregistrationv1.Mutation{mutation},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		},
+	}
+}
+
+func applyConfiguration(expression string) admissionregistrationv1.Mutation {
+	return admissionregistrationv1.Mutation{PatchType: admissionregistrationv1.PatchTypeApplyConfiguration,
+		ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: expression}}
+}
+
+// mutatingBinding binds policy in the namespaces labelled scope=<name of the binding>.
+func mutatingBinding(name, policy string) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: policy,
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"scope": name}}}},
+	}
+}
+
+// TestMutatingAdmissionPolicies: policies change objects on create (an apply configuration, a
+// JSON patch) before the validating policies see them, and on update; the kind's defaults
+// apply to what they produce; custom resources are mutated by their schema.
+func TestMutatingAdmissionPolicies(t *testing.T) {
+	t.Parallel()
+	env := newEnv(t)
+	ctx := testCtx(t)
+	c := env.Client
+	v1 := c.AdmissionregistrationV1()
+
+	t.Run("create, before the validating policies", func(t *testing.T) {
+		_, err := v1.MutatingAdmissionPolicies().Create(ctx, mutatingPolicy("owner", "", "configmaps",
+			applyConfiguration(`Object{metadata: Object.metadata{labels: {"owner": "platform"}}}`), admissionregistrationv1.Create), metav1.CreateOptions{})
+		check(t, err)
+		_, err = v1.MutatingAdmissionPolicyBindings().Create(ctx, mutatingBinding("owner", "owner"), metav1.CreateOptions{})
+		check(t, err)
+		_, err = v1.ValidatingAdmissionPolicies().Create(ctx, configMapPolicy("owned", "has(object.metadata.labels) && 'owner' in object.metadata.labels && object.metadata.labels['owner'] == 'platform'",
+			"needs owner=platform", admissionregistrationv1.Create), metav1.CreateOptions{})
+		check(t, err)
+		_, err = v1.ValidatingAdmissionPolicyBindings().Create(ctx, policyBinding("owner", "owned", admissionregistrationv1.Deny), metav1.CreateOptions{})
+		check(t, err)
+		in, out := scopedNamespace(t, ctx, c, "owner")
+		eventually(t, "the label added", func() (bool, error) {
+			cm, err := c.CoreV1().ConfigMaps(in).Create(ctx, configMap(in, "probe", nil, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil && cm.Labels["owner"] == "platform", err
+		})
+		cm, err := c.CoreV1().ConfigMaps(in).Create(ctx, configMap(in, "cm", map[string]string{"app": "a"}, nil), metav1.CreateOptions{})
+		check(t, err)
+		if cm.Labels["owner"] != "platform" || cm.Labels["app"] != "a" {
+			t.Errorf("labels %v, want owner=platform added to app=a", cm.Labels)
+		}
+		cm, err = c.CoreV1().ConfigMaps(out).Create(ctx, configMap(out, "cm", nil, nil), metav1.CreateOptions{})
+		check(t, err)
+		if _, labelled := cm.Labels["owner"]; labelled {
+			t.Errorf("labelled outside the binding's namespaces: %v", cm.Labels)
+		}
+	})
+
+	t.Run("JSON patch on update, defaults after it", func(t *testing.T) {
+		p := mutatingPolicy("restart", "apps", "daemonsets", admissionregistrationv1.Mutation{PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+			JSONPatch: &admissionregistrationv1.JSONPatch{Expression: `[JSONPatch{op: "add", path: "/spec/template/spec/containers/-",
+				value: Object.spec.template.spec.containers{name: "sidecar", image: "registry.example/sidecar:1"}}]`}},
+			admissionregistrationv1.Update)
+		p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "no-sidecar",
+			Expression: "!object.spec.template.spec.containers.exists(c, c.name == 'sidecar')"}}
+		_, err := v1.MutatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{})
+		check(t, err)
+		_, err = v1.MutatingAdmissionPolicyBindings().Create(ctx, mutatingBinding("restart", "restart"), metav1.CreateOptions{})
+		check(t, err)
+		in, _ := scopedNamespace(t, ctx, c, "restart")
+		ds, err := c.AppsV1().DaemonSets(in).Create(ctx, daemonSet(in, "agent"), metav1.CreateOptions{})
+		check(t, err)
+		if n := len(ds.Spec.Template.Spec.Containers); n != 1 {
+			t.Fatalf("%d containers after create, want the policy to leave creates alone", n)
+		}
+		eventually(t, "the sidecar added on update", func() (bool, error) {
+			ds.Spec.Template.Annotations = map[string]string{"restartedAt": time.Now().String()}
+			got, err := c.AppsV1().DaemonSets(in).Update(ctx, ds, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil && len(got.Spec.Template.Spec.Containers) == 2, err
+		})
+		ds.Spec.Template.Annotations = map[string]string{"restartedAt": "now"}
+		got, err := c.AppsV1().DaemonSets(in).Update(ctx, ds, metav1.UpdateOptions{})
+		check(t, err)
+		cs := got.Spec.Template.Spec.Containers
+		if len(cs) != 2 || cs[1].Name != "sidecar" || cs[1].ImagePullPolicy != corev1.PullIfNotPresent || cs[1].TerminationMessagePath == "" {
+			t.Errorf("containers %+v, want a defaulted sidecar", cs)
+		}
+		if got.Generation != ds.Generation+1 {
+			t.Errorf("generation %d, want %d: the template changed", got.Generation, ds.Generation+1)
+		}
+	})
+
+	t.Run("custom resource", func(t *testing.T) {
+		installCRD(t, env, widgetCRD())
+		_, err := v1.MutatingAdmissionPolicies().Create(ctx, mutatingPolicy("blue", "example.com", "widgets",
+			applyConfiguration(`Object{spec: Object.spec{color: "blue"}}`), admissionregistrationv1.Create), metav1.CreateOptions{})
+		check(t, err)
+		_, err = v1.MutatingAdmissionPolicyBindings().Create(ctx, mutatingBinding("blue", "blue"), metav1.CreateOptions{})
+		check(t, err)
+		in, _ := scopedNamespace(t, ctx, c, "blue")
+		dyn, err := dynamic.NewForConfig(env.AdminConfig)
+		check(t, err)
+		widgetsIn := dyn.Resource(widgets).Namespace(in)
+		eventually(t, "widgets painted blue", func() (bool, error) {
+			got, err := widgetsIn.Create(ctx, widget("probe", "red", 0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return false, err
+			}
+			color, _, _ := unstructured.NestedString(got.Object, "spec", "color")
+			size, _, _ := unstructured.NestedInt64(got.Object, "spec", "size")
+			return color == "blue" && size == 3, fmt.Errorf("color %q size %d", color, size)
+		})
 	})
 }

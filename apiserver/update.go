@@ -238,10 +238,10 @@ func (c *call) applyUpdate(newState func(cur runtime.Object) (runtime.Object, er
 		}
 		a := &admission{op: opUpdate, res: res, obj: next, old: cur, subresource: c.info.subresource,
 			namespace: c.info.namespace, name: c.info.name, dryRun: dryRun}
-		if ran, err := c.s.admitMutatingWebhooks(ctx, a); err != nil {
+		if ran, err := c.s.admitMutating(ctx, a); err != nil {
 			return nil, err
 		} else if ran {
-			// What a webhook changed is prepared and validated as the client's change is.
+			// What a policy or webhook changed is prepared and validated as the client's change is.
 			if err := c.s.prepareUpdate(res, next, cur, c.info.sub, c.info.name, c.s.clock.Now()); err != nil {
 				return nil, err
 			}

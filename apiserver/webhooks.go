@@ -56,7 +56,7 @@ func (s *Server) startAdmission(ctx context.Context) error {
 		corev1.SchemeGroupVersion.WithResource("namespaces"),
 		admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingwebhookconfigurations"),
 		admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations"),
-	}, validatingPolicyResources...)
+	}, policyResources...)
 	for _, gvr := range admissionKinds {
 		res := s.reg.lookup(gvr.Group, gvr.Version, gvr.Resource)
 		if res == nil {
@@ -394,7 +394,7 @@ func validateWebhooks(s *Server, ctx context.Context, a *admission) error {
 // the stored object as the old one, as kube-apiserver's delete handler does; none can change
 // it.
 func (s *Server) admitDelete(ctx context.Context, res *resource, cur runtime.Object, namespace, name string, dryRun bool) error {
-	if !s.webhooks.Load().called(ctx) && !s.policies.Load().applies(ctx) {
+	if !s.webhooks.Load().called(ctx) && !s.policies.Load().applies(ctx, validatingBindings) {
 		return nil
 	}
 	a := &admission{op: opDelete, res: res, old: cur, namespace: namespace, name: name, dryRun: dryRun}
@@ -412,10 +412,10 @@ func (c *call) admitSubresourceCreate(kind schema.GroupVersionKind, obj runtime.
 	return c.s.admitUnchangeable(ctx, a)
 }
 
-// admitUnchangeable runs the mutating webhooks, the policies and the validating webhooks on
-// a write that the kind's preparation does not see again.
+// admitUnchangeable runs the mutating policies and webhooks, then the validating ones, on a
+// write that the kind's preparation does not see again.
 func (s *Server) admitUnchangeable(ctx context.Context, a *admission) error {
-	if _, err := s.admitMutatingWebhooks(ctx, a); err != nil {
+	if _, err := s.admitMutating(ctx, a); err != nil {
 		return err
 	}
 	if err := validatePolicies(s, ctx, a); err != nil {
