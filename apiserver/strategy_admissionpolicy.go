@@ -9,7 +9,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -144,7 +144,7 @@ func checkNamedRule(r *admissionregistrationv1.NamedRuleWithOperations, p *field
 	var errs field.ErrorList
 	seen := sets.New[string]()
 	for i, name := range r.ResourceNames {
-		for _, msg := range path.ValidatePathSegmentName(name, false) {
+		for _, msg := range content.IsPathSegmentName(name) {
 			errs = append(errs, field.Invalid(p.Child("resourceNames").Index(i), name, msg))
 		}
 		if seen.Has(name) {
@@ -219,7 +219,7 @@ func checkParamRef(pr *admissionregistrationv1.ParamRef, p *field.Path) field.Er
 	}
 	var errs field.ErrorList
 	if pr.Name != "" {
-		for _, msg := range path.ValidatePathSegmentName(pr.Name, false) {
+		for _, msg := range content.IsPathSegmentName(pr.Name) {
 			errs = append(errs, field.Invalid(p.Child("name"), pr.Name, msg))
 		}
 		if pr.Selector != nil {
@@ -562,7 +562,7 @@ func paramRefCell(pr *admissionregistrationv1.ParamRef) string {
 // policyBindingColumns are the columns of `kubectl get` for both binding kinds.
 var policyBindingColumns = []metav1.TableColumnDefinition{nameColumn(),
 	{Name: "PolicyName", Type: "string", Description: "PolicyName indicates the policy definition which the policy binding binded to"},
-	{Name: "ParamRef", Type: "string", Description: "ParamRef indicates the param resource which sets the configration param"},
+	{Name: "ParamRef", Type: "string", Description: "ParamRef indicates the param resource which sets the configuration param"},
 	ageColumn(),
 }
 
