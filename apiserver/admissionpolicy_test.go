@@ -176,6 +176,37 @@ func TestValidatingAdmissionPolicies(t *testing.T) {
 		})
 	})
 
+	t.Run("type checking", func(t *testing.T) {
+		installCRD(t, env, widgetCRD())
+		typo := func(name, group, resource, expression string) {
+			p := configMapPolicy(name, expression, "", admissionregistrationv1.Create)
+			p.Spec.MatchConstraints.ResourceRules[0].APIGroups = []string{group}
+			p.Spec.MatchConstraints.ResourceRules[0].Resources = []string{resource}
+			_, err := policies.Create(ctx, p, metav1.CreateOptions{})
+			check(t, err)
+		}
+		typo("typo-builtin", "", "configmaps", "object.spec.replicas > 1")
+		typo("typo-custom", "example.com", "widgets", "object.spec.colour == 'red'")
+		typo("no-typo", "example.com", "widgets", "object.spec.color == 'red'")
+		for name, want := range map[string]string{"typo-builtin": "undefined field 'spec'", "typo-custom": "undefined field 'colour'", "no-typo": ""} {
+			eventually(t, "the type checking of "+name, func() (bool, error) {
+				p, err := policies.Get(ctx, name, metav1.GetOptions{})
+				if err != nil || p.Status.TypeChecking == nil {
+					return false, err
+				}
+				ws := p.Status.TypeChecking.ExpressionWarnings
+				if p.Status.ObservedGeneration != p.Generation {
+					return false, fmt.Errorf("observedGeneration %d of %d", p.Status.ObservedGeneration, p.Generation)
+				}
+				if want == "" {
+					return len(ws) == 0, fmt.Errorf("warnings %+v, want none", ws)
+				}
+				return len(ws) == 1 && ws[0].FieldRef == "spec.validations[0].expression" && strings.Contains(ws[0].Warning, want),
+					fmt.Errorf("warnings %+v, want one on the expression containing %q", ws, want)
+			})
+		}
+	})
+
 	t.Run("warn and audit", func(t *testing.T) {
 		_, err := policies.Create(ctx, configMapPolicy("labelled", "has(object.metadata.labels) && 'owner' in object.metadata.labels",
 			"needs an owner label", admissionregistrationv1.Create), metav1.CreateOptions{})

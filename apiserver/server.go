@@ -82,6 +82,8 @@ type Server struct {
 	aggregator *roleAggregator
 	// apiServices keeps APIServices' Available condition.
 	apiServices *apiServiceAvailability
+	// policyStatus keeps ValidatingAdmissionPolicies' type checking.
+	policyStatus *policyTypeChecking
 	// saIssuer signs ServiceAccount tokens, saVerifier checks them (see
 	// serviceaccount_token.go).
 	saIssuer   *auth.TokenIssuer
@@ -142,6 +144,7 @@ func New(opts Options) (*Server, error) {
 	s.authz = s.newAuthorizer()
 	s.aggregator = newRoleAggregator(s)
 	s.apiServices = newAPIServiceAvailability(s)
+	s.policyStatus = newPolicyTypeChecking(s)
 	if err := s.loadServiceAccountKey(); err != nil {
 		return nil, err
 	}
@@ -197,6 +200,7 @@ func (s *Server) newCache(r *resource) {
 	// An APIService's availability follows its Service and the Service's EndpointSlices.
 	gr := r.groupResource()
 	availabilityInput := gr == apiServicesResource || gr == servicesResource || gr == endpointSlicesResource
+	isPolicy := gr == validatingPoliciesResource
 	r.cache.onEvent = func(key, namespace string) {
 		// Every change may change what a quota or a disruption budget of its namespace counts.
 		if isQuota {
@@ -213,6 +217,9 @@ func (s *Server) newCache(r *resource) {
 		}
 		if availabilityInput {
 			s.apiServices.trigger()
+		}
+		if isPolicy {
+			s.policyStatus.trigger()
 		}
 		s.quota.changed(namespace)
 		s.budgets.changed(namespace)
@@ -399,6 +406,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	go s.aggregator.run(ctx)
 	go s.apiServices.run(ctx)
+	go s.policyStatus.run(ctx)
 	// Custom resources of existing definitions are served from the first request on.
 	if err := s.crds.reconcile(ctx); err != nil {
 		s.log.Warn("custom resource definitions not all served", "err", err)
