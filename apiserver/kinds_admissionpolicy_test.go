@@ -10,6 +10,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -229,48 +230,81 @@ func TestValidatingAdmissionPolicyGenerationAndStatus(t *testing.T) {
 	c := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	pol, err := c.Create(ctx, replicaPolicy("replicas.example.com"), metav1.CreateOptions{})
 	check(t, err)
+	// The server type-checks every new generation into the status (admissionpolicy_status.go),
+	// so each write here starts from the object as it is now, and the test waits for the
+	// checker where its own status writes must not race with it.
+	write := func(status bool, mutate func(*admissionregistrationv1.ValidatingAdmissionPolicy)) *admissionregistrationv1.ValidatingAdmissionPolicy {
+		t.Helper()
+		var out *admissionregistrationv1.ValidatingAdmissionPolicy
+		check(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := c.Get(ctx, pol.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			mutate(cur)
+			if status {
+				out, err = c.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			} else {
+				out, err = c.Update(ctx, cur, metav1.UpdateOptions{})
+			}
+			return err
+		}))
+		return out
+	}
+	waitChecked := func(generation int64) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("the type checker to observe generation %d", generation), func() (bool, error) {
+			cur, err := c.Get(ctx, pol.Name, metav1.GetOptions{})
+			return err == nil && cur.Status.ObservedGeneration == generation, err
+		})
+	}
 
-	pol.Labels = map[string]string{"owner": "team-a"}
-	pol, err = c.Update(ctx, pol, metav1.UpdateOptions{})
-	check(t, err)
+	pol = write(false, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Labels = map[string]string{"owner": "team-a"}
+	})
 	if pol.Generation != 1 {
 		t.Errorf("a label change made generation %d, want 1", pol.Generation)
 	}
-	pol.Spec.Validations = append(pol.Spec.Validations, admissionregistrationv1.Validation{Expression: "object.metadata.name != 'forbidden'"})
-	pol, err = c.Update(ctx, pol, metav1.UpdateOptions{})
-	check(t, err)
+	pol = write(false, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Spec.Validations = append(p.Spec.Validations, admissionregistrationv1.Validation{Expression: "object.metadata.name != 'forbidden'"})
+	})
 	if pol.Generation != 2 {
 		t.Errorf("a spec change made generation %d, want 2", pol.Generation)
 	}
+	waitChecked(2)
 
-	// The type checker's write: status only, the spec it carries is ignored.
-	pol.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{ObservedGeneration: 2,
-		TypeChecking: &admissionregistrationv1.TypeChecking{ExpressionWarnings: []admissionregistrationv1.ExpressionWarning{
-			{FieldRef: "spec.validations[0].expression", Warning: "apps/v1, Kind=Deployment: no such key: tooMany"}}},
-		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Checked", LastTransitionTime: metav1.Now()}}}
-	pol.Spec.Validations = nil
-	pol, err = c.UpdateStatus(ctx, pol, metav1.UpdateOptions{})
-	check(t, err)
+	// A status write (what the type checker makes): status only, the spec it carries is
+	// ignored. It claims generation 2, so the checker leaves it alone.
+	pol = write(true, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{ObservedGeneration: 2,
+			TypeChecking: &admissionregistrationv1.TypeChecking{ExpressionWarnings: []admissionregistrationv1.ExpressionWarning{
+				{FieldRef: "spec.validations[0].expression", Warning: "apps/v1, Kind=Deployment: no such key: tooMany"}}},
+			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Checked", LastTransitionTime: metav1.Now()}}}
+		p.Spec.Validations = nil
+	})
 	if pol.Generation != 2 || pol.Status.ObservedGeneration != 2 || pol.Status.TypeChecking == nil || len(pol.Spec.Validations) != 2 {
 		t.Errorf("after a status write: generation %d, status %+v, %d validations; want 2, the status written, 2",
 			pol.Generation, pol.Status, len(pol.Spec.Validations))
 	}
 
 	// A write of the main resource keeps the stored status.
-	pol.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{ObservedGeneration: 9}
-	pol.Spec.Validations = pol.Spec.Validations[:1]
-	pol, err = c.Update(ctx, pol, metav1.UpdateOptions{})
-	check(t, err)
+	pol = write(false, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Status = admissionregistrationv1.ValidatingAdmissionPolicyStatus{ObservedGeneration: 9}
+		p.Spec.Validations = p.Spec.Validations[:1]
+	})
 	if pol.Status.ObservedGeneration != 2 || pol.Status.TypeChecking == nil || pol.Generation != 3 {
 		t.Errorf("after a spec write: status %+v, generation %d; want the status kept, generation 3", pol.Status, pol.Generation)
 	}
+	waitChecked(3)
 
+	pol, err = c.Get(ctx, pol.Name, metav1.GetOptions{})
+	check(t, err)
 	pol.Status.Conditions[0].Status = "Maybe"
 	pol.Status.TypeChecking.ExpressionWarnings = append(pol.Status.TypeChecking.ExpressionWarnings,
 		admissionregistrationv1.ExpressionWarning{FieldRef: "spec.validations[", Warning: ""})
 	_, err = c.UpdateStatus(ctx, pol, metav1.UpdateOptions{})
-	want := []string{"status.conditions[0].status", "status.typeChecking.expressionWarnings[1].fieldRef",
-		"status.typeChecking.expressionWarnings[1].warning"}
+	want := []string{"status.conditions[0].status", "status.typeChecking.expressionWarnings[0].fieldRef",
+		"status.typeChecking.expressionWarnings[0].warning"}
 	if got := causeFields(t, err); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("an invalid status: causes %v, want %v", got, want)
 	}
