@@ -122,20 +122,25 @@ func (s *Server) newAdmissionPolicies(ctx context.Context, factory informers.Sha
 	return p, nil
 }
 
-// applies reports whether a write must go to the plugin whose bindings count says so: some
-// binding exists, and the write comes from a client, as for the webhooks
-// (admissionWebhooks.called).
-func (p *admissionPolicies) applies(ctx context.Context, bound func(*admissionPolicies) *bindingCount) bool {
-	return p != nil && bound(p).n.Load() > 0 && stateFrom(ctx).user != nil
+// validates and mutates report whether a write must go to the validating or the mutating
+// plugin: some binding of its kind exists, and the write comes from a client, as for the
+// webhooks (admissionWebhooks.called).
+func (p *admissionPolicies) validates(ctx context.Context) bool {
+	return p != nil && p.validatingBound.binds(ctx)
 }
 
-func validatingBindings(p *admissionPolicies) *bindingCount { return &p.validatingBound }
-func mutatingBindings(p *admissionPolicies) *bindingCount   { return &p.mutatingBound }
+func (p *admissionPolicies) mutates(ctx context.Context) bool {
+	return p != nil && p.mutatingBound.binds(ctx)
+}
+
+func (c *bindingCount) binds(ctx context.Context) bool {
+	return c.n.Load() > 0 && stateFrom(ctx).user != nil
+}
 
 // validatePolicies is the ValidatingAdmissionPolicy plugin.
 func validatePolicies(s *Server, ctx context.Context, a *admission) error {
 	p := s.policies.Load()
-	if !p.applies(ctx, validatingBindings) {
+	if !p.validates(ctx) {
 		return nil
 	}
 	attrs := newAuditedAttributes(admissionAttributes(ctx, a))
@@ -152,7 +157,7 @@ func validatePolicies(s *Server, ctx context.Context, a *admission) error {
 // policy runs once: reinvocation (reinvocationPolicy IfNeeded) is not done.
 func (s *Server) admitMutatingPolicies(ctx context.Context, a *admission) (bool, error) {
 	p := s.policies.Load()
-	if !p.applies(ctx, mutatingBindings) {
+	if !p.mutates(ctx) {
 		return false, nil
 	}
 	attrs := newAuditedAttributes(admissionAttributes(ctx, a))

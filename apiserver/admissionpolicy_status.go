@@ -11,7 +11,6 @@ import (
 	"k8s.io/apiserver/pkg/cel/openapi/resolver"
 
 	"github.com/miniplane/miniplane/apiserver/internal/openapidefs"
-	"github.com/miniplane/miniplane/store"
 )
 
 var validatingPoliciesResource = admissionregistrationv1.Resource("validatingadmissionpolicies")
@@ -55,7 +54,7 @@ func (c *policyTypeChecking) check(ctx context.Context) error {
 			continue
 		}
 		want := admissionregistrationv1.TypeChecking{ExpressionWarnings: c.checker.Check(policy)}
-		_, err := c.s.store.GuaranteedUpdate(ctx, res.key(c.s.cfg.EtcdPrefix, "", policy.Name), func(cur runtime.Object) (runtime.Object, error) {
+		err := c.s.rewrite(ctx, res.key(c.s.cfg.EtcdPrefix, "", policy.Name), func(cur runtime.Object) (runtime.Object, error) {
 			next := cur.(*admissionregistrationv1.ValidatingAdmissionPolicy)
 			// Checked from another generation: the change will trigger a pass.
 			if next.Generation != policy.Generation {
@@ -67,9 +66,8 @@ func (c *policyTypeChecking) check(ctx context.Context) error {
 			next.Status.ObservedGeneration = next.Generation
 			next.Status.TypeChecking = &want
 			return next, nil
-		}, store.UpdateOptions{})
-		var dr errDryRun
-		if err != nil && !errors.As(err, &dr) && !errors.Is(err, store.ErrNotFound) {
+		})
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	apiservicehelper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
-
-	"github.com/miniplane/miniplane/store"
 )
 
 var (
@@ -55,7 +53,7 @@ func (a *apiServiceAvailability) check(ctx context.Context) error {
 			cur.Status == want.Status && cur.Reason == want.Reason && cur.Message == want.Message {
 			continue
 		}
-		_, err := a.s.store.GuaranteedUpdate(ctx, res.key(a.s.cfg.EtcdPrefix, "", svc.Name), func(cur runtime.Object) (runtime.Object, error) {
+		err := a.s.rewrite(ctx, res.key(a.s.cfg.EtcdPrefix, "", svc.Name), func(cur runtime.Object) (runtime.Object, error) {
 			next := cur.(*apiregistrationv1.APIService)
 			// Computed from another version of the spec: the change will trigger a pass.
 			if !apiequality.Semantic.DeepEqual(next.Spec, svc.Spec) {
@@ -67,9 +65,8 @@ func (a *apiServiceAvailability) check(ctx context.Context) error {
 				return nil, errDryRun{}
 			}
 			return next, nil
-		}, store.UpdateOptions{})
-		var dr errDryRun
-		if err != nil && !errors.As(err, &dr) && !errors.Is(err, store.ErrNotFound) {
+		})
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -140,7 +140,7 @@ func (s *Server) evict(ctx context.Context, namespace, name string, opts *metav1
 func (s *Server) spendDisruption(ctx context.Context, pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod, dryRun bool) error {
 	res := s.reg.lookupGroupResource(budgetsResource)
 	key := res.key(s.cfg.EtcdPrefix, pdb.Namespace, pdb.Name)
-	_, err := s.store.GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
+	return s.rewrite(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
 		b := cur.(*policyv1.PodDisruptionBudget)
 		if b.Status.ObservedGeneration < b.Generation {
 			return nil, tooManyEvictions(fmt.Sprintf("The disruption budget %s is still being processed by the server.", b.Name))
@@ -165,15 +165,7 @@ func (s *Server) spendDisruption(ctx context.Context, pdb *policyv1.PodDisruptio
 		}
 		b.Status.DisruptedPods[pod.Name] = metav1.NewTime(s.clock.Now().Truncate(time.Second))
 		return b, nil
-	}, store.UpdateOptions{})
-	var dr errDryRun
-	if errors.As(err, &dr) {
-		return nil
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // the budget went away meanwhile
-	}
-	return err
+	})
 }
 
 // tooManyEvictions is the 429 an eviction gets when a budget forbids it.
@@ -215,7 +207,7 @@ func (t *budgetTracker) recount(ctx context.Context, namespace string) error {
 	var errs []error
 	for _, obj := range budgets {
 		pdb := obj.(*policyv1.PodDisruptionBudget)
-		_, err := t.s.store.GuaranteedUpdate(ctx, res.key(t.s.cfg.EtcdPrefix, namespace, pdb.Name), func(cur runtime.Object) (runtime.Object, error) {
+		err := t.s.rewrite(ctx, res.key(t.s.cfg.EtcdPrefix, namespace, pdb.Name), func(cur runtime.Object) (runtime.Object, error) {
 			b := cur.(*policyv1.PodDisruptionBudget)
 			next := t.status(b, pods)
 			if apiequality.Semantic.DeepEqual(b.Status, next) {
@@ -223,9 +215,8 @@ func (t *budgetTracker) recount(ctx context.Context, namespace string) error {
 			}
 			b.Status = next
 			return b, nil
-		}, store.UpdateOptions{})
-		var dr errDryRun
-		if err != nil && !errors.As(err, &dr) && !errors.Is(err, store.ErrNotFound) {
+		})
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

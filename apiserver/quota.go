@@ -354,7 +354,7 @@ func (t *quotaTracker) recount(ctx context.Context, namespace string) error {
 		q := obj.(*corev1.ResourceQuota)
 		key := res.key(t.s.cfg.EtcdPrefix, q.Namespace, q.Name)
 		settleLeft := time.Duration(0)
-		_, err := t.s.store.GuaranteedUpdate(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
+		err := t.s.rewrite(ctx, key, func(cur runtime.Object) (runtime.Object, error) {
 			quota := cur.(*corev1.ResourceQuota)
 			hard := quota.Spec.Hard.DeepCopy()
 			counted := t.usage(quota, hard)
@@ -376,9 +376,8 @@ func (t *quotaTracker) recount(ctx context.Context, namespace string) error {
 			}
 			quota.Status.Hard, quota.Status.Used = hard, next
 			return quota, nil
-		}, store.UpdateOptions{})
-		var dr errDryRun
-		if err != nil && !errors.As(err, &dr) && !errors.Is(err, store.ErrNotFound) {
+		})
+		if err != nil {
 			return err
 		}
 		if settleLeft > 0 {

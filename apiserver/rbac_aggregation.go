@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/miniplane/miniplane/apiserver/auth"
-	"github.com/miniplane/miniplane/store"
 )
 
 // roleAggregator is the clusterrole-aggregation controller inside the API server: every
@@ -44,7 +43,7 @@ func (a *roleAggregator) aggregate(ctx context.Context) error {
 			continue
 		}
 		selectors := role.AggregationRule
-		_, err := a.s.store.GuaranteedUpdate(ctx, res.key(a.s.cfg.EtcdPrefix, "", role.Name), func(cur runtime.Object) (runtime.Object, error) {
+		err := a.s.rewrite(ctx, res.key(a.s.cfg.EtcdPrefix, "", role.Name), func(cur runtime.Object) (runtime.Object, error) {
 			cr := cur.(*rbacv1.ClusterRole)
 			// Computed from another version of the role: the change will trigger a pass.
 			if !apiequality.Semantic.DeepEqual(cr.AggregationRule, selectors) || apiequality.Semantic.DeepEqual(cr.Rules, rules) {
@@ -52,9 +51,8 @@ func (a *roleAggregator) aggregate(ctx context.Context) error {
 			}
 			cr.Rules = rules
 			return cr, nil
-		}, store.UpdateOptions{})
-		var dr errDryRun
-		if err != nil && !errors.As(err, &dr) && !errors.Is(err, store.ErrNotFound) {
+		})
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

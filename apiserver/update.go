@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,19 @@ import (
 type errDryRun struct{ obj runtime.Object }
 
 func (errDryRun) Error() string { return "dry run" }
+
+// rewrite is the read-modify-write of the server's own writers: status loops, budget and
+// quota charges. mutate returns errDryRun when the stored object needs no write. That, and
+// an object deleted meanwhile, end it without an error: a writer's next pass sees the
+// deletion.
+func (s *Server) rewrite(ctx context.Context, key string, mutate store.UpdateFunc) error {
+	_, err := s.store.GuaranteedUpdate(ctx, key, mutate, store.UpdateOptions{})
+	var dr errDryRun
+	if errors.As(err, &dr) || errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}
 
 // update serves PUT of an object or its status.
 func (c *call) update() {

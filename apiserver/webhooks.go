@@ -394,7 +394,7 @@ func validateWebhooks(s *Server, ctx context.Context, a *admission) error {
 // the stored object as the old one, as kube-apiserver's delete handler does; none can change
 // it.
 func (s *Server) admitDelete(ctx context.Context, res *resource, cur runtime.Object, namespace, name string, dryRun bool) error {
-	if !s.webhooks.Load().called(ctx) && !s.policies.Load().applies(ctx, validatingBindings) {
+	if !s.webhooks.Load().called(ctx) && !s.policies.Load().validates(ctx) {
 		return nil
 	}
 	a := &admission{op: opDelete, res: res, old: cur, namespace: namespace, name: name, dryRun: dryRun}
