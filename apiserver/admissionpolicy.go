@@ -27,8 +27,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/kube-openapi/pkg/cached"
-	"k8s.io/kube-openapi/pkg/spec3"
 )
 
 // Admission policies are enforced by k8s.io/apiserver's ValidatingAdmissionPolicy and
@@ -460,28 +458,29 @@ type serverOpenAPIV3 struct{ s *Server }
 
 func (c serverOpenAPIV3) Paths() (map[string]openapi.GroupVersion, error) {
 	rev := c.s.reg.currentRevision()
-	_, docs, _, err := c.s.openapi.current()
+	_, plan, _, err := c.s.openapi.current()
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]openapi.GroupVersion, len(docs))
-	for path, doc := range docs {
-		out[path] = serverOpenAPIDocument{path: path, rev: rev, doc: doc}
+	out := make(map[string]openapi.GroupVersion, len(plan.v3Paths))
+	for _, path := range plan.v3Paths {
+		out[path] = serverOpenAPIDocument{path: path, rev: rev, plan: plan}
 	}
 	return out, nil
 }
 
+// serverOpenAPIDocument builds its document when read: the plugin keeps what it makes of it.
 type serverOpenAPIDocument struct {
 	path string
 	rev  uint64
-	doc  cached.Value[*spec3.OpenAPI]
+	plan *openAPIPlan
 }
 
 func (d serverOpenAPIDocument) Schema(contentType string) ([]byte, error) {
 	if contentType != runtime.ContentTypeJSON {
 		return nil, fmt.Errorf("apiserver: OpenAPI documents are read as JSON here, not %s", contentType)
 	}
-	doc, _, err := d.doc.Get()
+	doc, err := d.plan.v3(d.path)
 	if err != nil {
 		return nil, err
 	}

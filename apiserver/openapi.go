@@ -1,15 +1,19 @@
 package apiserver
 
 import (
+	"bytes"
+	"crypto/sha512"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/NYTimes/gziphandler"
-	"github.com/gorilla/mux"
 	crdbuilder "k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	endpointsopenapi "k8s.io/apiserver/pkg/endpoints/openapi"
@@ -37,33 +41,45 @@ import (
 // fieldValidation query parameter, so every PATCH operation lists it; `kubectl explain`
 // reads the schemas; kubectl apply computes strategic merge patches from them.
 
-// openAPIDocs serves the documents of the registry's current revision. Each document is
+// openAPIDocs serves the documents of the registry's current revision. The v2 document is
 // built on its first request after the registry changed (custom resources register kinds at
-// run time) and kept, as kube-apiserver builds its v3 documents: the v2 document and the v3
-// documents of every group version hold about 10 MB that most clients (controllers,
-// client-go) never ask for. kube-openapi's handlers serve them, with their ETags, gzip and
-// the v3 hash redirects clients cache by. The field managers read the schemas of the same
-// revision without the documents (schemas).
+// run time) and kept, encoded, as kube-apiserver keeps it. A v3 group version's document is
+// built for each request and not kept: the v3 root lists every group version's hash, so
+// kubectl's first apply or explain after a start asks for all of them, and keeping them all
+// (about 18 MB of live heap, built and encoded) doubled into the collector's goal at the
+// memory budget. Clients cache a document by its hashed URL, so they rarely ask twice. The
+// root's hashes are computed once per revision, each from a document built and dropped. The
+// field managers read the schemas of the same revision without the documents (schemas).
 type openAPIDocs struct {
 	reg *registry
+
+	// v3Root and v3Serve answer the v3 root and a group version's document, with gzip.
+	v3Root  http.Handler
+	v3Serve http.Handler
 
 	mu       sync.Mutex
 	built    bool
 	revision uint64 // of the registry the documents describe
+	plan     *openAPIPlan
 	v2       *handler.OpenAPIService
 	v2Serve  http.Handler
-	v3       *handler3.OpenAPIService
-	v3Serve  http.Handler
-	v3Root   http.Handler
-	v3Paths  map[string]bool // group-version paths below /openapi/v3/ (api/v1, apis/apps/v1)
-	// The documents of the revision, each built once on its first use.
-	v2Spec  cached.Value[*spec.Swagger]
-	v3Docs  map[string]cached.Value[*spec3.OpenAPI]
+	v2Spec   cached.Value[*spec.Swagger]
+	// v3Index is the v3 root: every group version's URL, with its document's hash.
+	v3Index cached.Value[timedBytes]
 	schemas cached.Value[map[string]*spec.Schema]
 }
 
+// timedBytes is an encoded answer and when it was made, for Last-Modified.
+type timedBytes struct {
+	data     []byte
+	modified time.Time
+}
+
 func newOpenAPIDocs(reg *registry) *openAPIDocs {
-	return &openAPIDocs{reg: reg}
+	d := &openAPIDocs{reg: reg}
+	d.v3Root = gziphandler.GzipHandler(http.HandlerFunc(d.serveV3Root))
+	d.v3Serve = gziphandler.GzipHandler(http.HandlerFunc(d.serveV3GroupVersion))
+	return d
 }
 
 // pathHandler captures what kube-openapi's handlers register, for the router to serve.
@@ -99,30 +115,17 @@ func (d *openAPIDocs) sync() error {
 		h := pathHandler{}
 		d.v2.RegisterOpenAPIVersionedService("/openapi/v2", h)
 		d.v2Serve = h["/openapi/v2"]
-		d.v3 = handler3.NewOpenAPIService()
-		d.v3Root = gziphandler.GzipHandler(http.HandlerFunc(d.v3.HandleDiscovery))
-		d.v3Serve = gziphandler.GzipHandler(http.HandlerFunc(d.v3.HandleGroupVersion))
 	} else {
 		d.v2.UpdateSpecLazy(v2)
 	}
-	v3 := make(map[string]cached.Value[*spec3.OpenAPI], len(p.v3Paths))
-	for _, path := range p.v3Paths {
-		v3[path] = cached.Once(cached.Func(func() (*spec3.OpenAPI, string, error) {
-			doc, err := p.v3(path)
-			return doc, tag, err
-		}))
-	}
-	for path := range d.v3Paths {
-		if _, ok := v3[path]; !ok {
-			d.v3.DeleteGroupVersion(path)
+	d.plan, d.v2Spec = p, v2
+	d.v3Index = cached.Once(cached.Func(func() (timedBytes, string, error) {
+		index, err := p.v3Index()
+		if err != nil {
+			return timedBytes{}, "", err
 		}
-	}
-	d.v3Paths = make(map[string]bool, len(v3))
-	for path, doc := range v3 {
-		d.v3.UpdateGroupVersionLazy(path, doc)
-		d.v3Paths[path] = true
-	}
-	d.v2Spec, d.v3Docs = v2, v3
+		return timedBytes{data: index, modified: time.Now()}, openAPIHash(index), nil
+	}))
 	d.schemas = cached.Once(cached.Func(func() (map[string]*spec.Schema, string, error) {
 		s, err := p.schemas()
 		return s, tag, err
@@ -131,21 +134,15 @@ func (d *openAPIDocs) sync() error {
 	return nil
 }
 
-// current returns the lazy documents and schemas of the registry's current revision.
-func (d *openAPIDocs) current() (cached.Value[*spec.Swagger], map[string]cached.Value[*spec3.OpenAPI], cached.Value[map[string]*spec.Schema], error) {
+// current returns the lazy v2 document, the plan the v3 documents are built from and the
+// lazy schemas, of the registry's current revision.
+func (d *openAPIDocs) current() (cached.Value[*spec.Swagger], *openAPIPlan, cached.Value[map[string]*spec.Schema], error) {
 	if err := d.sync(); err != nil {
 		return nil, nil, nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.v2Spec, d.v3Docs, d.schemas, nil
-}
-
-// v3Served reports whether path (api/v1, apis/apps/v1) has a v3 document.
-func (d *openAPIDocs) v3Served(path string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.v3Paths[path]
+	return d.v2Spec, d.plan, d.schemas, nil
 }
 
 func (s *Server) serveOpenAPIV2(w http.ResponseWriter, r *http.Request) {
@@ -157,24 +154,64 @@ func (s *Server) serveOpenAPIV2(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveOpenAPIRoot(w http.ResponseWriter, r *http.Request) {
-	if err := s.openapi.sync(); err != nil {
-		writeError(w, r, err, groupResourceNone, "")
-		return
-	}
 	s.openapi.v3Root.ServeHTTP(w, r)
 }
 
 func (s *Server) serveOpenAPIGroupVersion(w http.ResponseWriter, r *http.Request) {
-	if err := s.openapi.sync(); err != nil {
+	s.openapi.v3Serve.ServeHTTP(w, r)
+}
+
+// serveV3Root answers the v3 root as kube-openapi's handler3 does, from the index.
+func (d *openAPIDocs) serveV3Root(w http.ResponseWriter, r *http.Request) {
+	if err := d.sync(); err != nil {
 		writeError(w, r, err, groupResourceNone, "")
 		return
 	}
-	// kube-openapi's handler answers an unknown group version with an empty 200.
-	if !s.openapi.v3Served(mux.Vars(r)["path"]) {
+	d.mu.Lock()
+	index := d.v3Index
+	d.mu.Unlock()
+	root, etag, err := index.Get()
+	if err != nil {
+		writeError(w, r, err, groupResourceNone, "")
+		return
+	}
+	w.Header().Set("Etag", strconv.Quote(etag))
+	w.Header().Set("Content-Type", "application/json")
+	http.ServeContent(w, r, "/openapi/v3", root.modified, bytes.NewReader(root.data))
+}
+
+// serveV3GroupVersion answers one group version's v3 document, built for this request and
+// served by a handler3 service of its own, so that its content negotiation, ETag and hash
+// redirects are kube-openapi's and nothing outlives the answer.
+func (d *openAPIDocs) serveV3GroupVersion(w http.ResponseWriter, r *http.Request) {
+	_, p, _, err := d.current()
+	if err != nil {
+		writeError(w, r, err, groupResourceNone, "")
+		return
+	}
+	path := strings.TrimPrefix(r.URL.Path, "/openapi/v3/")
+	// handler3 answers an unknown group version with an empty 200.
+	if !slices.Contains(p.v3Paths, path) {
 		writeError(w, r, notFoundPath(r), groupResourceNone, "")
 		return
 	}
-	s.openapi.v3Serve.ServeHTTP(w, r)
+	one := handler3.NewOpenAPIService()
+	one.UpdateGroupVersionLazy(path, cached.Func(func() (*spec3.OpenAPI, string, error) {
+		doc, err := p.v3(path)
+		return doc, path, err
+	}))
+	one.HandleGroupVersion(w, r)
+}
+
+// openAPIHash is the hash handler3 gives an encoded document: its ETag, and the hash in its
+// v3 URL.
+func openAPIHash(encoded []byte) string {
+	return fmt.Sprintf("%X", sha512.Sum512(encoded))
+}
+
+// v3URL is where a group version's v3 document of hash is served, as handler3 names it.
+func v3URL(path, hash string) string {
+	return (&url.URL{Path: "/openapi/v3/" + path, RawQuery: url.Values{"hash": {hash}}.Encode()}).String()
 }
 
 // openAPIPlan is what the documents of one registry snapshot are built from: the routes of
@@ -307,6 +344,24 @@ func (p *openAPIPlan) v3(path string) (*spec3.OpenAPI, error) {
 		return nil, fmt.Errorf("apiserver: OpenAPI v3 of %s: %w", c.gv, err)
 	}
 	return doc, nil
+}
+
+// v3Index is the v3 root: every group version's URL with the hash of its document encoded
+// as handler3 encodes it, each document built and dropped in turn.
+func (p *openAPIPlan) v3Index() ([]byte, error) {
+	index := handler3.OpenAPIV3Discovery{Paths: make(map[string]handler3.OpenAPIV3DiscoveryGroupVersion, len(p.v3Paths))}
+	for _, path := range p.v3Paths {
+		doc, err := p.v3(path)
+		if err != nil {
+			return nil, err
+		}
+		encoded, err := json.Marshal(doc)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver: OpenAPI v3 of %s: %w", path, err)
+		}
+		index.Paths[path] = handler3.OpenAPIV3DiscoveryGroupVersion{ServerRelativeURL: v3URL(path, openAPIHash(encoded))}
+	}
+	return json.Marshal(index)
 }
 
 // schemas are the v3 schemas of every document by definition name, as the documents'

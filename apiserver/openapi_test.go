@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/kube-openapi/pkg/handler3"
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/util"
 	"k8s.io/kube-openapi/pkg/validation/spec"
@@ -355,7 +357,7 @@ func TestOpenAPIDocsRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, _, err := v3["api/v1"].Get()
+	core, err := v3.v3("api/v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,5 +473,56 @@ func TestOpenAPIBuildsAtOnce(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestOpenAPIV3RootHashes: the v3 root, whose hashes come from documents built and dropped,
+// names each group version's document by the hash handler3 gives it when it is served: a
+// client following the root gets the document, cacheable, with no redirect, as JSON and as
+// protobuf; and a registration changes the hash of the group version it adds to.
+func TestOpenAPIV3RootHashes(t *testing.T) {
+	reg := builtinRegistry(t)
+	d := newOpenAPIDocs(reg)
+	root := func() map[string]string {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		d.v3Root.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi/v3", nil))
+		if rec.Code != http.StatusOK || rec.Header().Get("Etag") == "" {
+			t.Fatalf("v3 root: %d %v", rec.Code, rec.Header())
+		}
+		var index handler3.OpenAPIV3Discovery
+		if err := json.Unmarshal(rec.Body.Bytes(), &index); err != nil {
+			t.Fatal(err)
+		}
+		urls := map[string]string{}
+		for path, gv := range index.Paths {
+			urls[path] = gv.ServerRelativeURL
+		}
+		return urls
+	}
+	before := root()
+	if len(before) < 10 || before["apis/apps/v1"] == "" {
+		t.Fatalf("v3 root lists %v", before)
+	}
+	for path, u := range before {
+		for _, accept := range []string{"application/json", "application/com.github.proto-openapi.spec.v3@v1.0+protobuf"} {
+			req := httptest.NewRequest(http.MethodGet, u, nil)
+			req.Header.Set("Accept", accept)
+			rec := httptest.NewRecorder()
+			d.v3Serve.ServeHTTP(rec, req)
+			hash := strings.TrimPrefix(u[strings.Index(u, "?"):], "?hash=")
+			if rec.Code != http.StatusOK || rec.Header().Get("Cache-Control") != "public, immutable" ||
+				rec.Header().Get("Etag") != strconv.Quote(hash) || rec.Body.Len() == 0 {
+				t.Fatalf("GET %s as %s: %d %v", path, accept, rec.Code, rec.Header())
+			}
+		}
+	}
+	if err := reg.register(componentStatusResource()); err != nil {
+		t.Fatal(err)
+	}
+	after := root()
+	if after["api/v1"] == before["api/v1"] || after["apis/apps/v1"] != before["apis/apps/v1"] {
+		t.Fatalf("after a registration in api/v1: %s -> %s, apps/v1 %s -> %s",
+			before["api/v1"], after["api/v1"], before["apis/apps/v1"], after["apis/apps/v1"])
 	}
 }
