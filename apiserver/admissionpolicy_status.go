@@ -24,7 +24,7 @@ var validatingPoliciesResource = admissionregistrationv1.Resource("validatingadm
 type policyTypeChecking struct {
 	*passLoop
 	s *Server
-	// checker is built on the first pass, when the server's registry exists.
+	// checker is built when the first policy needs checking.
 	checker *validatingpolicy.TypeChecker
 }
 
@@ -40,18 +40,20 @@ func (c *policyTypeChecking) check(ctx context.Context) error {
 	if res == nil {
 		return nil
 	}
-	if c.checker == nil {
-		builtin := resolver.NewDefinitionsSchemaResolver(openapidefs.GetOpenAPIDefinitions, Scheme)
-		c.checker = &validatingpolicy.TypeChecker{
-			SchemaResolver: builtin.Combine(&resolver.ClientDiscoveryResolver{Discovery: openAPIDiscovery{s: c.s}}),
-			RestMapper:     &registryRESTMapper{reg: c.s.reg},
-		}
-	}
 	var errs []error
 	for _, o := range c.s.cached(validatingPoliciesResource, "") {
 		policy := o.(*admissionregistrationv1.ValidatingAdmissionPolicy)
 		if policy.Status.ObservedGeneration == policy.Generation && policy.Status.TypeChecking != nil {
 			continue
+		}
+		// Built for the first policy to check: its schemas of the built-in kinds hold
+		// 3.5 MB that a cluster without policies has no use for.
+		if c.checker == nil {
+			builtin := resolver.NewDefinitionsSchemaResolver(openapidefs.GetOpenAPIDefinitions, Scheme)
+			c.checker = &validatingpolicy.TypeChecker{
+				SchemaResolver: builtin.Combine(&resolver.ClientDiscoveryResolver{Discovery: openAPIDiscovery{s: c.s}}),
+				RestMapper:     &registryRESTMapper{reg: c.s.reg},
+			}
 		}
 		want := admissionregistrationv1.TypeChecking{ExpressionWarnings: c.checker.Check(policy)}
 		err := c.s.rewrite(ctx, res.key(c.s.cfg.EtcdPrefix, "", policy.Name), func(cur runtime.Object) (runtime.Object, error) {
