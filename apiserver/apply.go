@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,6 +65,12 @@ func (c *call) apply() {
 	applyStrict := func(live runtime.Object) (runtime.Object, error) {
 		obj, err := fm.Apply(live, patch.DeepCopy(), manager, force)
 		if err != nil {
+			// The library returns the applied object's schema errors as plain errors,
+			// which kube-apiserver 1.37 answers with a 500; they are the client's, so
+			// they get a 400 with the same words (kubernetes/kubernetes#139253).
+			if _, isStatus := err.(apierrors.APIStatus); !isStatus && strings.HasPrefix(err.Error(), "failed to create typed patch object") {
+				return nil, badRequest("%v", err)
+			}
 			return obj, err
 		}
 		if mode == validationStrict {

@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -175,6 +176,11 @@ func TestApplyStrictFieldValidation(t *testing.T) {
 			var status metav1.Status
 			if err == nil || json.Unmarshal(body, &status) != nil || !strings.Contains(status.Message, tc.want) {
 				t.Fatalf("error %v (%s), want a Status with a message containing %q", err, body, tc.want)
+			}
+			// The client's mistake: 400, not the 500 kube-apiserver 1.37 answers a schema
+			// error with.
+			if status.Code != http.StatusBadRequest || status.Reason != metav1.StatusReasonBadRequest {
+				t.Fatalf("code %d reason %q, want 400 BadRequest", status.Code, status.Reason)
 			}
 			// Nothing was created.
 			if err := rc.Get().AbsPath(tc.path).Do(ctx).Error(); !apierrors.IsNotFound(err) {
