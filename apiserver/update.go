@@ -31,10 +31,10 @@ type errDryRun struct{ obj runtime.Object }
 
 func (errDryRun) Error() string { return "dry run" }
 
-// rewrite is the read-modify-write of the server's own writers: status loops, budget and
-// quota charges. mutate returns errDryRun when the stored object needs no write. That, and
-// an object deleted meanwhile, end it without an error: a writer's next pass sees the
-// deletion.
+// rewrite is the read-modify-write of the server's own writers: the status loops and the
+// eviction's charge to a budget. mutate returns errDryRun when the stored object needs no
+// write. That, and an object deleted meanwhile, end it without an error: a deleted status
+// owner needs no status, and a deleted budget no longer limits evictions.
 func (s *Server) rewrite(ctx context.Context, key string, mutate store.UpdateFunc) error {
 	_, err := s.store.GuaranteedUpdate(ctx, key, mutate, store.UpdateOptions{})
 	var dr errDryRun
