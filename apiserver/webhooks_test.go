@@ -446,8 +446,15 @@ func TestAdmissionWebhooks(t *testing.T) {
 			_, err := c.CoreV1().ServiceAccounts("plain").Create(ctx, sa(fmt.Sprintf("forbidden-admin-%d", i)), metav1.CreateOptions{})
 			return apierrors.IsForbidden(err), err
 		})
-		_, err = jane.CoreV1().ServiceAccounts("plain").Create(ctx, sa("forbidden-jane"), metav1.CreateOptions{})
-		check(t, err)
+		// The authorizer reads the new RoleBinding from its cache, which may lag the write:
+		// only its refusal is retried; the webhook's would fail the test.
+		eventually(t, "jane's create, once RBAC allows it", func() (bool, error) {
+			_, err := jane.CoreV1().ServiceAccounts("plain").Create(ctx, sa("forbidden-jane"), metav1.CreateOptions{})
+			if err != nil && !strings.Contains(err.Error(), `User "jane" cannot create resource`) {
+				t.Fatal(err)
+			}
+			return err == nil, err
+		})
 		if got := hooks.seen("forbidden-jane"); len(got) != 0 {
 			t.Errorf("the webhook was called for jane, whose writes its condition excludes: %+v", got)
 		}
