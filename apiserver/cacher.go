@@ -132,6 +132,7 @@ type cacheEvent struct {
 	cur  *cachedObject   // the new state; for Deleted the last state, at the deletion revision
 	prev *cachedObject   // the previous state; nil for Added
 	rv   int64
+	at   time.Duration // when the cache applied it, on the cache's clock since its start
 }
 
 // cacheSource is the part of the store a watch cache reads: a list to start from, a
@@ -159,6 +160,9 @@ type cacher struct {
 	root        string // the store-wide key prefix, e.g. /registry
 	prefix      string // the resource's key prefix
 	historySize int
+	// born is when the cache was made: changes are stamped with the time since, a
+	// monotonic reading that wall-clock steps do not move.
+	born time.Time
 	// clock paces the cache's waits on etcd: how long a read waits for a revision, how
 	// often progress is asked for, when a lost watch is retried. These follow etcd's
 	// real time, so the server gives every cache the real clock; unit tests step a
@@ -191,6 +195,7 @@ func newCacher(res *resource, st cacheSource, root string, historySize int, clk 
 	c := &cacher{
 		res: res, store: st, root: root, prefix: res.keyPrefix(root, ""), historySize: historySize,
 		clock:    clk,
+		born:     clk.Now(),
 		log:      log.With("resource", res.name),
 		objects:  map[string]*cachedObject{},
 		history:  make([]*cacheEvent, min(historySize, initialHistory)),
@@ -262,7 +267,7 @@ func (c *cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 	c.watchers = map[*cacheWatcher]struct{}{}
 	old, relisted := c.objects, c.ready
 	c.objects = objects
-	c.hStart, c.hLen = 0, 0
+	c.history, c.hStart, c.hLen = make([]*cacheEvent, min(c.historySize, initialHistory)), 0, 0
 	c.evictedRV = list.Revision
 	c.setRVLocked(list.Revision)
 	c.ready = true
@@ -336,7 +341,7 @@ func (c *cacher) apply(ev store.Event) error {
 	if err != nil {
 		return err
 	}
-	ce := &cacheEvent{cur: cur, rv: ev.Revision}
+	ce := &cacheEvent{cur: cur, rv: ev.Revision, at: c.clock.Since(c.born)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ce.prev = c.objects[cur.key]
@@ -407,20 +412,76 @@ const initialHistory = 64
 
 func (c *cacher) pushHistoryLocked(ev *cacheEvent) {
 	if c.hLen == len(c.history) && len(c.history) < c.historySize {
-		grown := make([]*cacheEvent, min(2*len(c.history), c.historySize))
-		for i := range c.hLen {
-			grown[i] = c.history[(c.hStart+i)%len(c.history)]
-		}
-		c.history, c.hStart = grown, 0
+		// A ring that filled over a long quiet time need not grow: let the window go first.
+		c.expireLocked(ev.at)
+	}
+	if c.hLen == len(c.history) && len(c.history) < c.historySize {
+		c.resizeLocked(min(2*len(c.history), c.historySize))
 	}
 	if c.hLen == len(c.history) {
-		c.evictedRV = c.history[c.hStart].rv
-		c.hStart = (c.hStart + 1) % len(c.history)
-		c.hLen--
+		c.dropOldestLocked()
 	}
 	c.history[(c.hStart+c.hLen)%len(c.history)] = ev
 	c.hLen++
 	c.compactOldLocked()
+}
+
+func (c *cacher) resizeLocked(size int) {
+	resized := make([]*cacheEvent, size)
+	for i := range c.hLen {
+		resized[i] = c.history[(c.hStart+i)%len(c.history)]
+	}
+	c.history, c.hStart = resized, 0
+}
+
+func (c *cacher) dropOldestLocked() {
+	c.evictedRV = c.history[c.hStart].rv
+	c.history[c.hStart] = nil
+	c.hStart = (c.hStart + 1) % len(c.history)
+	c.hLen--
+}
+
+// historyWindow is how long a change stays in history once minHistory newer changes of
+// its resource have followed it. Clients resume watches from the revisions of their last
+// event or bookmark, seconds old; after a burst (a rollout over thousands of nodes) the
+// full ring of old pod versions was the largest part of an idle server's heap
+// (docs/watch-cache.md, "Memory"). kube-apiserver's watch cache also keeps about the last
+// 75 s, and at least 100 changes.
+const historyWindow = 75 * time.Second
+
+// minHistory is how many of the newest changes stay in history, however old: a client
+// that saw the last change of a quiet resource can still resume from it.
+const minHistory = 100
+
+// expireHistory forgets the changes that historyWindow has passed, beyond the newest
+// minHistory, and gives the ring back the room they took. Their versions are compacted
+// first when they are recent enough not to be already: the current ones are then kept
+// encoded, as those of a busier resource would have been.
+func (c *cacher) expireHistory() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expireLocked(c.clock.Since(c.born))
+	size := len(c.history)
+	for size/2 >= max(initialHistory, 2*c.hLen) {
+		size /= 2
+	}
+	if size < len(c.history) {
+		c.resizeLocked(size)
+	}
+}
+
+// expireLocked drops the changes older than historyWindow at now, keeping minHistory.
+func (c *cacher) expireLocked(now time.Duration) {
+	for c.hLen > minHistory {
+		ev := c.history[c.hStart]
+		if now-ev.at < historyWindow {
+			return
+		}
+		if c.hLen <= compactLag {
+			c.compactLocked(ev)
+		}
+		c.dropOldestLocked()
+	}
 }
 
 // compactLag is how many changes of a resource a version stays decoded after the change
@@ -431,13 +492,17 @@ func (c *cacher) pushHistoryLocked(ev *cacheEvent) {
 // most of the cache (docs/watch-cache.md, "Memory").
 const compactLag = 500
 
-// compactOldLocked compacts the versions of the change compactLag back in history: the
-// state it replaced, packed, and its own, packed once it is no longer current.
+// compactOldLocked compacts the change compactLag back in history.
 func (c *cacher) compactOldLocked() {
 	if c.hLen <= compactLag {
 		return
 	}
-	ev := c.history[(c.hStart+c.hLen-1-compactLag)%len(c.history)]
+	c.compactLocked(c.history[(c.hStart+c.hLen-1-compactLag)%len(c.history)])
+}
+
+// compactLocked compacts the versions of one change: the state it replaced, packed, and
+// its own, packed once it is no longer current.
+func (c *cacher) compactLocked(ev *cacheEvent) {
 	if ev.prev != nil {
 		ev.prev.compact(true)
 	}

@@ -460,6 +460,77 @@ func TestCacherHistoryGrows(t *testing.T) {
 	}
 }
 
+// TestCacherHistoryExpires: changes older than historyWindow leave history, all but the
+// newest minHistory; the ring gives back their room and does not grow for them, and the
+// current versions they leave behind are compacted.
+func TestCacherHistoryExpires(t *testing.T) {
+	ct := newCacheTest(t, 1000)
+	room := func() (held, size int) {
+		ct.c.mu.RLock()
+		defer ct.c.mu.RUnlock()
+		return ct.c.hLen, len(ct.c.history)
+	}
+	rv := int64(cacheStartRV)
+	add := func(prefix string, n int) {
+		for i := range n {
+			rv++
+			ct.feed(added(rv, testPod(fmt.Sprintf("%s-%d", prefix, i), "", web)))
+		}
+	}
+	add("a", 300) // at the start
+	ct.clock.Step(historyWindow - 15*time.Second)
+	add("b", 50)
+	ct.c.expireHistory()
+	if held, size := room(); held != 350 || size != 512 {
+		t.Fatalf("within the window the ring holds %d of room for %d, want 350 of 512", held, size)
+	}
+
+	ct.clock.Step(20 * time.Second) // a-* are past the window, b-* are not
+	ct.c.expireHistory()
+	held, size := room()
+	if held != minHistory || size != 256 {
+		t.Fatalf("past the window the ring holds %d of room for %d, want %d of 256", held, size, minHistory)
+	}
+	forgotten := rv - minHistory // the newest revision history no longer holds
+	if _, err := ct.c.watch(selector("", ""), watchStart{fromRV: forgotten - 1}, 1000); !errors.Is(err, store.ErrExpired) {
+		t.Errorf("watch from %d, before what history holds: %v, want ErrExpired", forgotten-1, err)
+	}
+	w, err := ct.c.watch(selector("", ""), watchStart{fromRV: forgotten}, 1000)
+	if err != nil {
+		t.Fatalf("watch from %d: %v", forgotten, err)
+	}
+	if got := frames(w); len(got) != minHistory || !strings.HasSuffix(got[0], fmt.Sprintf("@%d", forgotten+1)) {
+		t.Errorf("watch from %d replayed %v, want %d frames from revision %d", forgotten, got, minHistory, forgotten+1)
+	}
+	ct.c.stopWatch(w)
+
+	// a-0..a-249 left history while current: compacted whole, and still read as written.
+	for _, name := range []string{"a-0", "a-249", "a-250", "b-49"} {
+		ct.c.mu.RLock()
+		co := ct.c.objects[ct.c.res.key("/registry", "default", name)]
+		ct.c.mu.RUnlock()
+		wantCompacted := name == "a-0" || name == "a-249"
+		if co == nil || (co.decoded.Load() == nil) != wantCompacted {
+			t.Fatalf("%s: compacted %v, want %v", name, co != nil && co.decoded.Load() == nil, wantCompacted)
+		}
+		if p, ok := co.object().(*corev1.Pod); !ok || p.Name != name || p.ResourceVersion != strconv.FormatInt(co.rv, 10) {
+			t.Errorf("%s reads as %#v", name, co.object())
+		}
+	}
+
+	// A full ring whose oldest changes are past the window makes room by forgetting them.
+	ct.clock.Step(historyWindow)
+	add("c", size-held)
+	if h, s := room(); h != size || s != size {
+		t.Fatalf("the ring holds %d of room for %d, want it full at %d", h, s, size)
+	}
+	ct.clock.Step(historyWindow)
+	add("d", 1)
+	if h, s := room(); h != minHistory+1 || s != size {
+		t.Errorf("after a change past the window the ring holds %d of room for %d, want %d of %d", h, s, minHistory+1, size)
+	}
+}
+
 // TestCacherBookmark: a bookmark carries the revision the cache has reached, after every
 // change up to it.
 func TestCacherBookmark(t *testing.T) {

@@ -229,6 +229,26 @@ func (s *Server) newCache(r *resource) {
 	}
 }
 
+// expireWatchHistories lets every watch cache forget the changes its window has passed
+// (cacher.expireHistory), a fifth of the window at a time, until ctx ends. One loop for all
+// the caches, on the real clock, as their waits on etcd are.
+func (s *Server) expireWatchHistories(ctx context.Context) {
+	tick := time.NewTicker(historyWindow / 5)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, r := range s.reg.resources() {
+			if r.cache != nil {
+				r.cache.expireHistory()
+			}
+		}
+	}
+}
+
 // replaceResource serves r from now on: it starts r's watch cache, waits until it holds
 // what etcd holds, and registers r. When the same group/version/resource is already served
 // (a definition whose schema changed), the new entry's cache is filled first and the entries
@@ -404,6 +424,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.reconcileBootstrapPolicy(ctx); err != nil {
 		return err
 	}
+	go s.expireWatchHistories(ctx)
 	go s.aggregator.run(ctx)
 	go s.apiServices.run(ctx)
 	go s.policyStatus.run(ctx)

@@ -94,9 +94,10 @@ type APIServer struct {
 	EventTTL time.Duration `mapstructure:"event-ttl" flag:"event-ttl" help:"how long events are kept"`
 	// MaxRequestBodyBytes rejects larger bodies with 413; default 3 MiB, as kube-apiserver.
 	MaxRequestBodyBytes int64 `mapstructure:"max-request-body-bytes" flag:"max-request-body-bytes" help:"larger request bodies are rejected with 413"`
-	// WatchCacheEvents is how many recent changes per resource the watch cache keeps for
-	// watches that resume from an older resourceVersion; default 10000.
-	WatchCacheEvents int `mapstructure:"watch-cache-events" flag:"watch-cache-events" help:"recent changes kept per resource for resuming watches"`
+	// WatchCacheEvents is how many recent changes per resource the watch cache keeps at
+	// most for watches that resume from an older resourceVersion; default 10000. Changes
+	// older than 75 s go sooner, once 100 newer ones follow (docs/watch-cache.md).
+	WatchCacheEvents int `mapstructure:"watch-cache-events" flag:"watch-cache-events" help:"most recent changes kept per resource for resuming watches (those older than 75s go once 100 newer follow)"`
 	// MinRequestTimeout bounds watches that name no timeoutSeconds: each lasts a random
 	// time between this and twice this; default 30m, as kube-apiserver.
 	MinRequestTimeout time.Duration `mapstructure:"min-request-timeout" flag:"min-request-timeout" help:"watches without timeoutSeconds last between this and twice this"`
