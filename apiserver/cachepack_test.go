@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -42,46 +43,87 @@ func daemonPodEncoding(tb testing.TB, i int) []byte {
 }
 
 func TestPackProtoRoundTrips(t *testing.T) {
-	raw := daemonPodEncoding(t, 7)
-	e := packProto(raw)
-	if e == nil || e.raw != nil || len(e.packed) >= len(raw) {
-		t.Fatalf("packProto of %d bytes = %+v, want fewer bytes packed", len(raw), e)
+	var p packer
+	var raws [][]byte
+	var packed []*protoEncoding
+	var first, rest int // packed bytes of the first pod and the mean of the rest
+	for i := range 2*packDictUses + 10 {
+		raw := daemonPodEncoding(t, i)
+		e := p.pack(raw)
+		if e == nil || e.raw != nil || len(e.packed) >= len(raw) {
+			t.Fatalf("pack of pod %d, %d bytes = %+v, want fewer bytes packed", i, len(raw), e)
+		}
+		if i == 0 {
+			first = len(e.packed)
+		} else {
+			rest += len(e.packed)
+		}
+		raws, packed = append(raws, raw), append(packed, e)
 	}
-	// Readers unpack the shared encoding concurrently.
+	rest /= len(raws) - 1
+	// Every pod packs against one of its siblings, the first against itself: far smaller
+	// than alone (compare BenchmarkPackProto's packed-bytes).
+	if alone := len(s2.Encode(nil, raws[1])); rest*3 > alone || first*3 > alone {
+		t.Errorf("pods packed to %d bytes each (the first to %d), want under a third of the %d they take alone", rest, first, alone)
+	}
+	if packed[0].dict == packed[len(packed)-1].dict {
+		t.Error("the dictionary was never renewed")
+	}
+	// Readers unpack the shared encodings concurrently.
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			for range 50 {
+			for i, e := range packed {
 				got, err := e.bytes()
-				if err != nil || !bytes.Equal(got, raw) {
-					t.Errorf("unpacked %d bytes (%v), want the %d packed", len(got), err, len(raw))
+				if err != nil || !bytes.Equal(got, raws[i]) {
+					t.Errorf("unpacked pod %d: %d bytes (%v), want the %d packed", i, len(got), err, len(raws[i]))
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	t.Logf("%d bytes, %d packed", len(raw), len(e.packed))
+	t.Logf("%d bytes, the first packed to %d, the rest to %d on average", len(raws[1]), first, rest)
 
-	if e := packProto([]byte{1, 2, 3}); e != nil {
-		t.Errorf("packProto of 3 bytes = %+v; packing makes it larger, want nil", e)
+	if e := (&packer{}).pack([]byte{1, 2, 3}); e != nil {
+		t.Errorf("pack of 3 bytes = %+v; packing makes it larger, want nil", e)
 	}
-	if _, err := (&protoEncoding{packed: e.packed[:len(e.packed)/2]}).bytes(); err == nil {
+	// An object larger than a dictionary can be, packed when the dictionary is due to be
+	// renewed, is packed against the one before, which stays.
+	big := bytes.Repeat(daemonPodEncoding(t, 1), 70<<10/len(raws[0])+1)
+	p.uses = packDictUses
+	if e := p.pack(big); e == nil || e.dict != packed[len(packed)-1].dict {
+		t.Errorf("pack of %d bytes = %+v, want it packed with the last dictionary", len(big), e)
+	} else if got, err := e.bytes(); err != nil || !bytes.Equal(got, big) {
+		t.Errorf("unpacked %d bytes (%v), want the %d packed", len(got), err, len(big))
+	}
+	e := packed[3]
+	if _, err := (&protoEncoding{packed: e.packed[:len(e.packed)/2], dict: e.dict}).bytes(); err == nil {
 		t.Error("unpacking half a packed encoding did not fail")
 	}
 }
 
+// BenchmarkPackProto packs pods one after another, as a rollout supersedes them.
 func BenchmarkPackProto(b *testing.B) {
-	raw := daemonPodEncoding(b, 7)
-	b.SetBytes(int64(len(raw)))
-	for b.Loop() {
-		packProto(raw)
+	raws := make([][]byte, 64)
+	for i := range raws {
+		raws[i] = daemonPodEncoding(b, i)
 	}
+	var p packer
+	var n, size int
+	b.SetBytes(int64(len(raws[0])))
+	for b.Loop() {
+		e := p.pack(raws[n%len(raws)])
+		n, size = n+1, size+len(e.packed)
+	}
+	b.ReportMetric(float64(size)/float64(n), "packed-bytes")
 }
 
 func BenchmarkUnpackProto(b *testing.B) {
+	var p packer
+	p.pack(daemonPodEncoding(b, 0))
 	raw := daemonPodEncoding(b, 7)
-	e := packProto(raw)
+	e := p.pack(raw)
 	b.SetBytes(int64(len(raw)))
 	for b.Loop() {
 		if _, err := e.bytes(); err != nil {
@@ -91,16 +133,18 @@ func BenchmarkUnpackProto(b *testing.B) {
 }
 
 // BenchmarkCompactedObjectDecode: what a reader that needs the object (a JSON list, a get,
-// an update's base) pays for a current pod the cache has compacted whole.
+// an update's base) pays for a current pod the cache has compacted and packed.
 func BenchmarkCompactedObjectDecode(b *testing.B) {
 	var p corev1.Pod
 	if err := p.Unmarshal(daemonPodEncoding(b, 7)); err != nil {
 		b.Fatal(err)
 	}
 	co := newCachedObjectOf(builtinRegistry(b).lookup("", "v1", "pods"), &p)
-	co.compact(false)
-	if co.decoded.Load() != nil {
-		b.Fatal("not compacted")
+	var pk packer
+	pk.pack(daemonPodEncoding(b, 0)) // a sibling as the dictionary, as in a rollout
+	co.compact(&pk)
+	if co.decoded.Load() != nil || co.proto.Load().raw != nil {
+		b.Fatal("not compacted and packed")
 	}
 	for b.Loop() {
 		if got := co.object().(*corev1.Pod); got.Name != p.Name {

@@ -47,10 +47,10 @@ type cachedObject struct {
 	// The object's JSON (with apiVersion and kind) and protobuf (without envelope)
 	// encodings are made on first use and then reused by every list, get and watch event
 	// that serves this version. Components speak protobuf and kubectl JSON, so most
-	// versions only ever need one of them.
-	jsonOnce  sync.Once
+	// versions only ever need one of them. The JSON is kept only until compact: a
+	// compacted version is read by lists and by watches that lag, not by many at once.
+	jsonMu    sync.Mutex
 	jsonData  []byte
-	jsonErr   error
 	protoOnce sync.Once
 	proto     atomic.Pointer[protoEncoding] // set by protoOnce, replaced by compact
 	protoErr  error
@@ -85,25 +85,26 @@ func (o *cachedObject) object() runtime.Object {
 	return obj
 }
 
-// compact drops the decoded object, keeping only the protobuf encoding, when the kind has
-// one (custom resources have none and stay decoded); pack packs the encoding as well. A
-// version that is still current is compacted unpacked: reads of current objects (lists, an
-// update's base) then decode it but never unpack. Compacting one version twice at once is
-// not allowed (the cache's lock serializes it); once compacted, it may be compacted again
-// to pack it.
-func (o *cachedObject) compact(pack bool) {
+// compact drops the decoded object and its JSON, keeping only the protobuf encoding, when
+// the kind has one (custom resources have none and stay decoded); with a packer it packs
+// the encoding as well. Compacting one version twice at once is not allowed (the cache's
+// lock serializes it); once compacted, it may be compacted again to pack it.
+func (o *cachedObject) compact(pack *packer) {
 	if o.decoded.Load() != nil {
 		if data, err := o.protobuf(); err != nil || data == nil {
 			return
 		}
 	}
 	// The encoding is set now: made above, or before an earlier compact dropped the object.
-	if e := o.proto.Load(); pack && e.raw != nil {
-		if packed := packProto(e.raw); packed != nil {
+	if e := o.proto.Load(); pack != nil && e.raw != nil {
+		if packed := pack.pack(e.raw); packed != nil {
 			o.proto.Store(packed)
 		}
 	}
 	o.decoded.Store(nil)
+	o.jsonMu.Lock()
+	o.jsonData = nil
+	o.jsonMu.Unlock()
 }
 
 // protobuf returns the object's protobuf encoding, making it once. The bytes of a compacted
@@ -120,10 +121,18 @@ func (o *cachedObject) protobuf() ([]byte, error) {
 	return o.proto.Load().bytes()
 }
 
-// json returns the object's JSON encoding, making it once.
+// json returns the object's JSON encoding, made on first use and kept until compact.
 func (o *cachedObject) json() ([]byte, error) {
-	o.jsonOnce.Do(func() { o.jsonData, o.jsonErr = json.Marshal(o.object()) })
-	return o.jsonData, o.jsonErr
+	o.jsonMu.Lock()
+	defer o.jsonMu.Unlock()
+	if o.jsonData != nil {
+		return o.jsonData, nil
+	}
+	data, err := json.Marshal(o.object())
+	if err == nil && o.decoded.Load() != nil {
+		o.jsonData = data
+	}
+	return data, err
 }
 
 // cacheEvent is one change, in revision order.
@@ -179,6 +188,7 @@ type cacher struct {
 	hLen      int
 	evictedRV int64
 	watchers  map[*cacheWatcher]struct{}
+	packer    packer // packs the versions history keeps after they are superseded
 	// advanced is closed and replaced whenever rv grows, waking waitForRV callers.
 	advanced chan struct{}
 
@@ -500,13 +510,13 @@ func (c *cacher) compactOldLocked() {
 	c.compactLocked(c.history[(c.hStart+c.hLen-1-compactLag)%len(c.history)])
 }
 
-// compactLocked compacts the versions of one change: the state it replaced, packed, and
-// its own, packed once it is no longer current.
+// compactLocked compacts and packs the versions of one change: the state it replaced and
+// its own, current or not.
 func (c *cacher) compactLocked(ev *cacheEvent) {
 	if ev.prev != nil {
-		ev.prev.compact(true)
+		ev.prev.compact(&c.packer)
 	}
-	ev.cur.compact(c.objects[ev.cur.key] != ev.cur)
+	ev.cur.compact(&c.packer)
 }
 
 func (c *cacher) setRVLocked(rv int64) {

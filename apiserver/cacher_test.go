@@ -504,7 +504,7 @@ func TestCacherHistoryExpires(t *testing.T) {
 	}
 	ct.c.stopWatch(w)
 
-	// a-0..a-249 left history while current: compacted whole, and still read as written.
+	// a-0..a-249 left history while current: compacted, and still read as written.
 	for _, name := range []string{"a-0", "a-249", "a-250", "b-49"} {
 		ct.c.mu.RLock()
 		co := ct.c.objects[ct.c.res.key("/registry", "default", name)]
@@ -815,14 +815,25 @@ func TestCacherCompactsOldVersions(t *testing.T) {
 	}
 	rv++
 	events = append(events, deleted(rv, packable(testPod("a", "gone", web))))
-	ct.feed(events...)
-
-	// b-0 was compacted while current; replaced, and compactLag changes later, it is packed.
+	ct.feed(events[:10]...)
+	// A JSON reader's encoding is kept while the version is decoded (and dropped below).
 	ct.c.mu.RLock()
 	b0 := ct.c.objects[ct.c.res.key("/registry", "default", "b-0")]
 	ct.c.mu.RUnlock()
-	if b0 == nil || b0.decoded.Load() != nil || b0.proto.Load().raw == nil {
-		t.Fatalf("b-0, current and %d changes old, is not compacted whole", 2*compactLag)
+	if b0 == nil {
+		t.Fatal("b-0 is not in the cache")
+	}
+	if data, err := b0.json(); err != nil || b0.jsonData == nil || !json.Valid(data) {
+		t.Fatalf("b-0's JSON %s (%v) is not kept", data, err)
+	}
+	ct.feed(events[10:]...)
+
+	// b-0 was compacted and packed while current, and keeps no JSON; it reads as written.
+	if e := b0.proto.Load(); b0.decoded.Load() != nil || e.raw != nil || len(e.packed) == 0 || b0.jsonData != nil {
+		t.Fatalf("b-0, current and %d changes old, is not compacted and packed", 2*compactLag)
+	}
+	if p, ok := b0.object().(*corev1.Pod); !ok || p.Name != "b-0" || p.Annotations["note"] == "" {
+		t.Fatalf("b-0 reads as %#v", b0.object())
 	}
 	events = []store.Event{modified(rv+1, testPod("b-0", "n1", db))}
 	for i := range compactLag {
@@ -834,7 +845,7 @@ func TestCacherCompactsOldVersions(t *testing.T) {
 	}
 
 	ct.c.mu.RLock()
-	var packedOld, wholeCurrent, decodedOld int
+	var packedOld, packedCurrent, decodedOld int
 	for i := 0; i < ct.c.hLen; i++ {
 		ev := ct.c.history[(ct.c.hStart+i)%len(ct.c.history)]
 		current := ct.c.objects[ev.cur.key] == ev.cur
@@ -845,21 +856,20 @@ func TestCacherCompactsOldVersions(t *testing.T) {
 			t.Errorf("%s@%d, %d changes old, was compacted", ev.cur.key, ev.cur.rv, ct.c.hLen-1-i)
 		case old && ev.cur.decoded.Load() != nil:
 			decodedOld++
-		case old && current:
-			wholeCurrent++
-			if e.raw == nil {
-				t.Errorf("current %s@%d was packed", ev.cur.key, ev.cur.rv)
-			}
 		case old:
-			packedOld++
-			if e.raw != nil || len(e.packed) == 0 {
+			if current {
+				packedCurrent++
+			} else {
+				packedOld++
+			}
+			if e.raw != nil || len(e.packed) == 0 || ev.cur.jsonData != nil {
 				t.Errorf("compacted %s@%d keeps %d whole bytes, %d packed", ev.cur.key, ev.cur.rv, len(e.raw), len(e.packed))
 			}
 		}
 	}
 	ct.c.mu.RUnlock()
-	if packedOld == 0 || wholeCurrent == 0 || decodedOld != 0 {
-		t.Errorf("%d replaced versions packed, %d current ones compacted whole, %d older than compactLag still decoded", packedOld, wholeCurrent, decodedOld)
+	if packedOld == 0 || packedCurrent == 0 || decodedOld != 0 {
+		t.Errorf("%d replaced versions packed, %d current ones, %d older than compactLag still decoded", packedOld, packedCurrent, decodedOld)
 	}
 
 	w, err := ct.c.watch(selector("", ""), watchStart{fromRV: cacheStartRV}, 10*compactLag)
