@@ -188,7 +188,7 @@ type cacher struct {
 	hLen      int
 	evictedRV int64
 	watchers  map[*cacheWatcher]struct{}
-	packer    packer // packs the versions history keeps after they are superseded
+	packer    packer // packs the encodings of the versions it compacts
 	// advanced is closed and replaced whenever rv grows, waking waitForRV callers.
 	advanced chan struct{}
 
