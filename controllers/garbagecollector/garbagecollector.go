@@ -179,12 +179,13 @@ func (gc *GarbageCollector) Run(ctx context.Context) error {
 		gc.stopMonitors()
 		gc.logger.Info("stopped garbage collector")
 	}()
+	// The ticker starts with the first discovery read, not when the loop's goroutine first
+	// runs, so that the period counts from that read; and before the read, so that once
+	// the caches it starts have synced, the next period is already being waited for.
+	ticker := gc.clock.NewTicker(gc.period)
 	if err := gc.resync(ctx); err != nil && ctx.Err() == nil {
 		gc.logger.Warn("garbage collector discovery failed; retrying every period", "err", err)
 	}
-	// The ticker starts now, not when the loop's goroutine first runs, so that the period
-	// counts from the first discovery read.
-	ticker := gc.clock.NewTicker(gc.period)
 	wg.Go(func() { gc.discoveryLoop(ctx, ticker) })
 	if !gc.waitForSync(ctx) {
 		if ctx.Err() != nil {
